@@ -1,0 +1,510 @@
+"""Unit tests for harness.patchset: small fake site-packages trees, small git
+repos and a tiny fake wheel, all under tmp_path. No network, no docker."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from harness import patchset
+from harness.errors import HarnessError
+from harness.patchset import (
+    apply_to_checkout,
+    apply_to_site_packages,
+    build_workspace,
+    export_workspace,
+    revert_site_packages,
+    status_site_packages,
+)
+from harness.pin import RayRelease
+
+COMMIT = "b7f4259e944bf6959f721b106adc366ddfa0c356"
+RELEASE = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=COMMIT)
+
+REPLICA = "ray/serve/_private/replica.py"
+ROUTER = "ray/serve/_private/router.py"
+CREATED_TEST = "ray/serve/tests/unit/test_drain.py"
+
+SERVE_FILES = {
+    "ray/serve/__init__.py": "from ray.serve.api import run\n",
+    "ray/serve/api.py": "def run(app):\n    return app\n",
+    REPLICA: "".join(f"line {i}\n" for i in range(1, 31)),
+    ROUTER: "class Router:\n    def choose(self, replicas):\n        return replicas[0]\n",
+}
+
+
+@pytest.fixture(autouse=True)
+def _git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tests' own git calls (and apply_to_checkout, which uses the user's
+    # config) must not depend on whoever runs them.
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for role in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{role}_NAME", "Zoë Developer")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "zoe@example.com")
+        monkeypatch.setenv(f"GIT_{role}_DATE", "2025-03-04T05:06:07+0100")
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def tree_hash(root: Path) -> str:
+    """sha256 over every relative path (directories too) and every file's bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"<dir>")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def write_files(root: Path, files: dict[str, str | None]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        if text is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+
+def replica_with(**lines: str) -> str:
+    text = SERVE_FILES[REPLICA].splitlines(keepends=True)
+    for key, value in lines.items():
+        text[int(key.removeprefix("l")) - 1] = value
+    return "".join(text)
+
+
+def source_repo(root: Path) -> Path:
+    """A git repo holding SERVE_FILES at python/ray/serve, tagged `base`."""
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    write_files(root / "python", dict(SERVE_FILES))
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base")
+    git(root, "tag", "base")
+    return root
+
+
+def commit(repo: Path, message: str, changes: dict[str, str | None]) -> None:
+    write_files(repo / "python", changes)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+
+
+STEP_1 = (
+    "[Serve] Drain replicas in two phases\n\nStop routing first, then stop the replica.\n",
+    {
+        REPLICA: replica_with(l5="line 5 # drain: stop routing\n"),
+        CREATED_TEST: "def test_drain():\n    assert True\n",
+    },
+)
+STEP_2 = (
+    "[Serve] Router skips draining replicas\n",
+    {
+        ROUTER: "class Router:\n    def choose(self, replicas):\n"
+        "        return [r for r in replicas if not r.draining][0]\n",
+        REPLICA: replica_with(l5="line 5 # drain: stop routing\n", l25="line 25 # draining flag\n"),
+    },
+)
+# Written against the base, it rewrites the line step 1 already changed.
+CONFLICT = ("[Serve] Conflicting change\n", {REPLICA: replica_with(l5="line 5 # other\n")})
+
+
+@pytest.fixture
+def series(tmp_path: Path) -> list[Path]:
+    """Three patches: two that apply in order, and a third that does not."""
+    repo = source_repo(tmp_path / "src")
+    for message, changes in (STEP_1, STEP_2):
+        commit(repo, message, changes)
+    good = export_workspace(repo, tmp_path / "patches")
+    other = source_repo(tmp_path / "other")
+    commit(other, *CONFLICT)
+    (bad,) = export_workspace(other, tmp_path / "other-patches")
+    third = tmp_path / "patches" / "0003-Serve-Conflicting-change.patch"
+    third.write_bytes(bad.read_bytes())
+    return [*good, third]
+
+
+def fake_site(root: Path, version: str = "2.60.0", commit_id: str = COMMIT) -> Path:
+    files = {
+        "ray/__init__.py": "",
+        "ray/_version.py": f'version = "{version}"\ncommit = "{commit_id}"\n',
+        "ray/dashboard/app.py": "# not touched by the series\n",
+        **SERVE_FILES,
+    }
+    write_files(root, dict(files))
+    return root
+
+
+# ------------------------------------------------------------- site-packages
+
+
+def test_all_or_nothing_when_third_patch_fails(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site")
+    before = tree_hash(site)
+    with pytest.raises(HarnessError) as err:
+        apply_to_site_packages(site, series, RELEASE)
+    assert tree_hash(site) == before
+    message = str(err.value)
+    assert series[2].name in message
+    assert REPLICA in message
+    assert "Nothing was changed" in message
+
+
+def test_failing_new_series_keeps_the_applied_one(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site")
+    apply_to_site_packages(site, series[:1], RELEASE)
+    applied = tree_hash(site)
+    with pytest.raises(HarnessError, match=series[2].name):
+        apply_to_site_packages(site, series, RELEASE)
+    assert tree_hash(site) == applied
+    assert status_site_packages(site, series[:1]).up_to_date
+
+
+def test_apply_then_second_apply_is_noop(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site")
+    first = apply_to_site_packages(site, series[:2], RELEASE)
+    assert not first.already_applied
+    assert set(first.changed) == {REPLICA, ROUTER, CREATED_TEST}
+    assert (site / CREATED_TEST).is_file()
+    assert "draining" in (site / ROUTER).read_text()
+    applied = tree_hash(site)
+    second = apply_to_site_packages(site, series[:2], RELEASE)
+    assert second.already_applied
+    assert "already applied" in second.format()
+    assert tree_hash(site) == applied
+
+
+def test_revert_restores_tree_exactly(
+    tmp_path: Path, series: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = fake_site(tmp_path / "site")
+    before = tree_hash(site)
+    apply_to_site_packages(site, series[:2], RELEASE)
+    assert tree_hash(site) != before
+    reverted = revert_site_packages(site)
+    assert set(reverted) == {REPLICA, ROUTER, CREATED_TEST}
+    assert tree_hash(site) == before
+    assert not (site / "ray/serve/tests").exists()
+    assert revert_site_packages(site) == []
+    assert "nothing is applied" in capsys.readouterr().out
+
+
+def test_changed_series_swaps_to_exactly_the_new_one(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site")
+    before = tree_hash(site)
+    apply_to_site_packages(site, series[:2], RELEASE)
+    swapped = apply_to_site_packages(site, series[:1], RELEASE)
+    assert swapped.replaced == (series[0].name, series[1].name)
+    fresh = fake_site(tmp_path / "fresh")
+    apply_to_site_packages(fresh, series[:1], RELEASE)
+    assert tree_hash(site) == tree_hash(fresh)
+    revert_site_packages(site)
+    assert tree_hash(site) == before
+
+
+def test_edited_patch_is_reported_and_reapplied(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site")
+    apply_to_site_packages(site, series[:2], RELEASE)
+    text = series[1].read_text().replace("Router skips", "Router now skips")
+    series[1].write_text(text)
+    status = status_site_packages(site, series[:2])
+    assert status.edited == (series[1].name,)
+    assert not status.up_to_date
+    assert "edited since they were applied" in status.format()
+    result = apply_to_site_packages(site, series[:2], RELEASE)
+    assert not result.already_applied
+    assert status_site_packages(site, series[:2]).up_to_date
+
+
+def test_status_reports_added_and_removed_patches(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site")
+    assert not status_site_packages(site, series[:1]).recorded
+    apply_to_site_packages(site, series[:1], RELEASE)
+    assert status_site_packages(site, series[:2]).added == (series[1].name,)
+    apply_to_site_packages(site, series[:2], RELEASE)
+    status = status_site_packages(site, series[:1])
+    assert status.removed == (series[1].name,)
+    assert status.applied == (series[0].name, series[1].name)
+
+
+def test_hand_edit_is_detected_and_protected(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site")
+    before = tree_hash(site)
+    apply_to_site_packages(site, series[:2], RELEASE)
+    (site / ROUTER).write_text("# edited by hand\n")
+    status = status_site_packages(site, series[:2])
+    assert status.hand_edited == (ROUTER,)
+    assert ROUTER in status.format()
+    edited = tree_hash(site)
+    with pytest.raises(HarnessError, match=ROUTER):
+        apply_to_site_packages(site, series[:1], RELEASE)
+    with pytest.raises(HarnessError, match=ROUTER):
+        revert_site_packages(site)
+    assert tree_hash(site) == edited
+    revert_site_packages(site, force=True)
+    assert tree_hash(site) == before
+
+
+def test_wrong_ray_version_is_refused(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site", version="2.59.0")
+    before = tree_hash(site)
+    with pytest.raises(HarnessError) as err:
+        apply_to_site_packages(site, series[:2], RELEASE)
+    assert "2.59.0" in str(err.value) and "2.60.0" in str(err.value)
+    assert tree_hash(site) == before
+
+
+def test_empty_series_is_recorded(tmp_path: Path) -> None:
+    site = fake_site(tmp_path / "site")
+    before = tree_hash(site)
+    result = apply_to_site_packages(site, [], RELEASE)
+    assert result.changed == () and "empty" in result.format()
+    assert status_site_packages(site, []).up_to_date
+    assert apply_to_site_packages(site, [], RELEASE).already_applied
+    assert revert_site_packages(site) == []
+    assert tree_hash(site) == before
+
+
+_KILL_DURING_COMMIT = """
+import os, sys
+from pathlib import Path
+from harness import patchset
+from harness.pin import RayRelease
+
+real_put, calls = patchset._put_file, []
+
+def dying_put(site, rel, source):
+    calls.append(rel)
+    if len(calls) == 2:
+        os._exit(9)  # a kill: no handler, no finally, no rollback
+    real_put(site, rel, source)
+
+patchset._put_file = dying_put
+site, *patches = map(Path, sys.argv[1:])
+release = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=%r)
+patchset.apply_to_site_packages(site, patches, release)
+"""
+
+
+def test_killed_commit_is_rolled_back_next_time(tmp_path: Path, series: list[Path]) -> None:
+    site = fake_site(tmp_path / "site")
+    before = tree_hash(site)
+    repo_root = Path(patchset.__file__).resolve().parent.parent
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILL_DURING_COMMIT % COMMIT, site, *series[:2]],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == 9, killed.stderr
+    assert tree_hash(site) != before  # half-written, journal armed
+    assert status_site_packages(site, series[:2]).interrupted
+    result = apply_to_site_packages(site, series[:2], RELEASE)
+    assert any("interrupted" in note for note in result.notes)
+    fresh = fake_site(tmp_path / "fresh")
+    apply_to_site_packages(fresh, series[:2], RELEASE)
+    assert tree_hash(site) == tree_hash(fresh)
+    revert_site_packages(site)
+    assert tree_hash(site) == before
+
+
+def test_failed_write_is_rolled_back_at_once(
+    tmp_path: Path, series: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = fake_site(tmp_path / "site")
+    before = tree_hash(site)
+    real_put = patchset._put_file
+    calls = []
+
+    def failing_put(site_: Path, rel: str, source: Path) -> None:
+        calls.append(rel)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real_put(site_, rel, source)
+
+    monkeypatch.setattr(patchset, "_put_file", failing_put)
+    with pytest.raises(HarnessError, match="put back"):
+        apply_to_site_packages(site, series[:2], RELEASE)
+    assert tree_hash(site) == before
+
+
+def test_sigint_is_deferred_during_commit() -> None:
+    reached_end = False
+    with pytest.raises(KeyboardInterrupt):
+        with patchset._signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            reached_end = True
+    assert reached_end
+
+
+def test_patch_paths_strip_to_site_packages(series: list[Path]) -> None:
+    assert patchset.patch_paths(series[0]) == [REPLICA, CREATED_TEST]
+
+
+# ---------------------------------------------------------------- checkout
+
+
+def ray_checkout(root: Path) -> tuple[Path, RayRelease]:
+    repo = source_repo(root)
+    head = git(repo, "rev-parse", "HEAD")
+    release = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=head)
+    return repo, release
+
+
+def test_checkout_refuses_wrong_head(tmp_path: Path, series: list[Path]) -> None:
+    repo, _ = ray_checkout(tmp_path / "ray")
+    head = git(repo, "rev-parse", "HEAD")
+    with pytest.raises(HarnessError) as err:
+        apply_to_checkout(repo, series[:2], RELEASE)
+    assert head in str(err.value) and COMMIT in str(err.value)
+    assert git(repo, "rev-parse", "HEAD") == head
+
+
+def test_checkout_refuses_dirty_tree(tmp_path: Path, series: list[Path]) -> None:
+    repo, release = ray_checkout(tmp_path / "ray")
+    (repo / "python" / ROUTER).write_text("# local change\n")
+    with pytest.raises(HarnessError, match=f"python/{ROUTER}"):
+        apply_to_checkout(repo, series[:2], release)
+    assert git(repo, "rev-parse", "HEAD") == release.commit
+
+
+def test_checkout_applies_cleanly(tmp_path: Path, series: list[Path]) -> None:
+    repo, release = ray_checkout(tmp_path / "ray")
+    apply_to_checkout(repo, series[:2], release)
+    subjects = git(repo, "log", "--format=%s", f"{release.commit}..HEAD").splitlines()
+    assert subjects == [
+        "[Serve] Router skips draining replicas",
+        "[Serve] Drain replicas in two phases",
+    ]
+    assert git(repo, "status", "--porcelain") == ""
+    assert (repo / "python" / CREATED_TEST).is_file()
+
+
+def test_checkout_failed_am_leaves_checkout_as_it_was(tmp_path: Path, series: list[Path]) -> None:
+    repo, release = ray_checkout(tmp_path / "ray")
+    with pytest.raises(HarnessError) as err:
+        apply_to_checkout(repo, series, release)
+    assert series[2].name in str(err.value)
+    assert git(repo, "rev-parse", "HEAD") == release.commit
+    assert git(repo, "status", "--porcelain") == ""
+    assert not (repo / ".git" / "rebase-apply").exists()
+
+
+# --------------------------------------------------------------- workspace
+
+
+def fake_wheel(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for rel, text in SERVE_FILES.items():
+            archive.writestr(rel, text)
+        archive.writestr("ray/_version.py", 'version = "2.60.0"\n')
+        archive.writestr("ray/dashboard/app.py", "# not serve\n")
+        archive.writestr("ray-2.60.0.dist-info/METADATA", "Name: ray\n")
+    return path
+
+
+def edit_in_workspace(ws: Path) -> None:
+    """Three realistic commits, made the way a developer would in the workspace."""
+    commit(ws, *STEP_1)
+    commit(ws, *STEP_2)
+    commit(
+        ws,
+        "[Serve] Drop the run() shim\n\nThe API module now exports run directly.\n\n"
+        "Signed-off-by: Zoë Developer <zoe@example.com>\n",
+        {"ray/serve/api.py": None, "ray/serve/__init__.py": "def run(app):\n    return app\n"},
+    )
+
+
+def test_workspace_round_trip_is_byte_identical(tmp_path: Path) -> None:
+    wheel = fake_wheel(tmp_path / "ray-2.60.0-py3-none-any.whl")
+    ws = tmp_path / "ws"
+    build_workspace(wheel, [], ws)
+    edit_in_workspace(ws)
+    patches_dir = tmp_path / "patches"
+    exported = export_workspace(ws, patches_dir)
+    assert [p.name[:5] for p in exported] == ["0001-", "0002-", "0003-"]
+    original = {p.name: p.read_bytes() for p in exported}
+    series_text = (patches_dir / "series").read_text()
+
+    ws2 = tmp_path / "ws2"
+    build_workspace(wheel, exported, ws2)
+    again = export_workspace(ws2, tmp_path / "patches2")
+    assert {p.name: p.read_bytes() for p in again} == original
+
+    # Rebuilding the original workspace over itself is allowed once exported,
+    # and an export with no edits rewrites nothing.
+    build_workspace(wheel, exported, ws)
+    assert git(ws, "rev-parse", "HEAD") == git(ws2, "rev-parse", "HEAD")
+    export_workspace(ws, patches_dir)
+    assert {p.name: p.read_bytes() for p in patches_dir.glob("*.patch")} == original
+    assert (patches_dir / "series").read_text() == series_text
+    assert b"\n-- \n" not in original[exported[0].name]  # --no-signature
+
+
+def test_workspace_base_is_reproducible(tmp_path: Path) -> None:
+    wheel = fake_wheel(tmp_path / "ray.whl")
+    build_workspace(wheel, [], tmp_path / "a")
+    build_workspace(wheel, [], tmp_path / "b")
+    assert git(tmp_path / "a", "rev-parse", "base") == git(tmp_path / "b", "rev-parse", "base")
+    tracked = set(git(tmp_path / "a", "ls-files").splitlines())
+    assert tracked == {f"python/{rel}" for rel in SERVE_FILES}
+
+
+def test_build_workspace_refuses_unexported_work(tmp_path: Path) -> None:
+    wheel = fake_wheel(tmp_path / "ray.whl")
+    ws = tmp_path / "ws"
+    build_workspace(wheel, [], ws)
+    (ws / "python" / ROUTER).write_text("# uncommitted\n")
+    with pytest.raises(HarnessError, match=f"python/{ROUTER}"):
+        build_workspace(wheel, [], ws)
+    git(ws, "commit", "-q", "-am", "[Serve] Unsaved work")
+    head = git(ws, "rev-parse", "HEAD")
+    with pytest.raises(HarnessError, match="export-patches"):
+        build_workspace(wheel, [], ws)
+    assert git(ws, "rev-parse", "HEAD") == head
+
+
+def test_build_workspace_with_failing_patch_keeps_old_one(
+    tmp_path: Path, series: list[Path]
+) -> None:
+    wheel = fake_wheel(tmp_path / "ray.whl")
+    ws = tmp_path / "ws"
+    build_workspace(wheel, series[:1], ws)
+    head = git(ws, "rev-parse", "HEAD")
+    with pytest.raises(HarnessError, match=series[2].name):
+        build_workspace(wheel, series, ws)
+    assert git(ws, "rev-parse", "HEAD") == head
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".ws")) == []
+
+
+def test_export_replaces_old_patch_files_and_keeps_series_header(tmp_path: Path) -> None:
+    wheel = fake_wheel(tmp_path / "ray.whl")
+    ws = tmp_path / "ws"
+    build_workspace(wheel, [], ws)
+    commit(ws, *STEP_1)
+    patches_dir = tmp_path / "patches"
+    write_files(
+        patches_dir,
+        {
+            "PIN": "[ray]\n",
+            "series": "# Applied in order.\n\n0001-old.patch\n0002-gone.patch\n",
+            "0001-old.patch": "old\n",
+            "0002-gone.patch": "gone\n",
+        },
+    )
+    (written,) = export_workspace(ws, patches_dir)
+    assert {p.name for p in patches_dir.iterdir()} == {"PIN", written.name, "series"}
+    assert (patches_dir / "series").read_text() == f"# Applied in order.\n{written.name}\n"
+    assert written.name == "0001-Serve-Drain-replicas-in-two-phases.patch"
