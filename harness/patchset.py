@@ -702,7 +702,7 @@ def revert_site_packages(site_packages: Path, *, force: bool = False) -> list[st
         raise HarnessError(
             f"these patched files in {site} were edited since the patches were applied: "
             f"{_listing(edited)}. Nothing was changed. Save the edits elsewhere if you need "
-            f"them, then revert with force to discard them."
+            f"them, then discard them with `python -m harness patches revert --force`."
         )
     targets = {rel: _original_source(site, state, rel) for rel in state["files"]}
     changed = sorted(
