@@ -601,8 +601,8 @@ def apply_to_site_packages(
             raise HarnessError(
                 f"these patched files in {site} were edited since the patches were applied: "
                 f"{_listing(edited)}. Nothing was changed. Move the edits into a patch "
-                f"(workspace), then run `make revert-patches` with force to discard them "
-                f"and apply again."
+                f"(workspace), or discard them with `python -m harness patches revert --force`, "
+                f"then apply again."
             )
         applied = [PatchRecord(**p) for p in old["patches"]]
         if applied == series:

