@@ -81,6 +81,10 @@ class Cluster:
         self.head: Node | None = None
         self.workers: list[Node] = []
         self.lb: Node | None = None
+        # Set once the pre-flight checks pass: only then may `down` remove
+        # anything under this cluster's name (a leftover found by the checks
+        # belongs to someone else until the user says otherwise).
+        self._owns_name = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -106,6 +110,7 @@ class Cluster:
         cfg = self.config
         check_no_leftover(cfg.name)
         check_port_free(cfg.lb_port)
+        self._owns_name = True
         started = time.monotonic()
         self.network = engine.client().networks.create(
             f"{cfg.name}-net", driver="bridge", labels=self._labels("network"))
@@ -126,6 +131,8 @@ class Cluster:
         return self
 
     def down(self) -> tuple[int, int]:
+        if not self._owns_name:
+            return 0, 0
         removed = engine.remove_labelled(self.config.name)
         self.head, self.workers, self.lb, self.network = None, [], None, None
         return removed

@@ -1,0 +1,65 @@
+# The front door. `make help` lists the targets; README.md says which two
+# commands set everything up.
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+HARNESS := $(PY) -m harness
+
+.DEFAULT_GOAL := help
+.PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
+        images up down status unit-test integration-test test lint clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
+
+$(PY):
+	$(PYTHON) -m harness setup
+
+setup: ## create .venv with the pinned ray[serve] (offline, sha256-checked) and the project's deps
+	$(PYTHON) -m harness setup
+
+apply-patches: $(PY) ## apply the series to .venv (or to RAY_SRC=path with git am), all or nothing
+	$(HARNESS) patches apply
+
+revert-patches: $(PY) ## undo apply-patches in .venv
+	$(HARNESS) patches revert
+
+patch-status: $(PY) ## which patches are applied, and which patched files were edited since
+	$(HARNESS) patches status
+
+workspace: $(PY) ## build/ray-src: the pinned serve tree plus one commit per patch, to edit with git
+	$(HARNESS) patches workspace
+
+export-patches: $(PY) ## write build/ray-src's commits back to patches/ and patches/series
+	$(HARNESS) patches export
+
+images: $(PY) ## build the node images: 2.60.0 stock and patched, 2.59.0 stock (only what changed)
+	$(HARNESS) images
+
+up: $(PY) ## start a 3-node cluster with the echo app behind the front LB on 127.0.0.1:18000
+	$(HARNESS) up
+
+down: $(PY) ## remove every container and network the harness created
+	$(HARNESS) down --all
+
+status: $(PY) ## list the harness's containers
+	$(HARNESS) status --all
+
+unit-test: $(PY) ## fast tests: harness logic, patch tooling (no Docker)
+	$(PY) -m pytest -m "not integration" -q
+
+integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, real HTTP
+	$(PY) -m pytest -m integration -s -v
+
+# pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
+test: $(PY) ## every test: unit, then integration
+	@$(PY) -m pytest -s -v -p no:cacheprovider; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	  exit $$rc
+
+lint: $(PY) ## ruff
+	$(PY) -m ruff check harness tests
+
+clean: ## remove build/ (wheelhouse, workspace) and .venv; images stay
+	rm -rf build $(VENV)

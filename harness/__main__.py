@@ -1,0 +1,211 @@
+"""`python -m harness VERB ...`: the command line. Each verb imports only what it
+needs, so `wheelhouse` runs before the venv exists."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def _site_packages(venv: Path) -> Path:
+    found = sorted(venv.glob("lib/python3*/site-packages"))
+    if not found:
+        from harness.errors import HarnessError
+
+        raise HarnessError(f"no virtualenv at {venv}; run `make setup` first.")
+    return found[0]
+
+
+def cmd_wheelhouse(args) -> None:
+    from harness import wheels
+    from harness.pin import load_pin
+
+    pin = load_pin()
+    for version in args.versions or [pin.ray.version]:
+        print(wheels.ensure_wheelhouse(pin.release(version)))
+
+
+def cmd_setup(args) -> None:
+    """Create .venv: the pinned Ray installed offline from the verified
+    wheelhouse first, then the project's own requirements."""
+    import subprocess
+
+    from harness import wheels
+    from harness.errors import HarnessError
+    from harness.paths import ROOT, VENV_DIR
+    from harness.pin import load_pin
+
+    release = load_pin().ray
+    house = wheels.ensure_wheelhouse(release)
+    python = VENV_DIR / "bin" / "python"
+    steps = [
+        ([sys.executable, "-m", "venv", str(VENV_DIR)], not python.exists()),
+        ([str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+          str(house), release.requirement], True),
+        ([str(python), "-m", "pip", "install", "--quiet", "-r",
+          str(ROOT / "requirements.txt")], True),
+    ]
+    for cmd, needed in steps:
+        if needed and subprocess.run(cmd).returncode != 0:
+            raise HarnessError(f"`{' '.join(cmd)}` failed (see above). The venv at {VENV_DIR} "
+                               f"may be incomplete; run `make setup` again to finish it.")
+    print(f"setup: {VENV_DIR} has Ray {release.version} and the project's requirements")
+
+
+def cmd_patches(args) -> None:
+    from harness import patchset
+    from harness.paths import PATCHES_DIR, VENV_DIR, WORKSPACE_DIR
+    from harness.pin import load_pin, read_series
+
+    pin = load_pin()
+    site = Path(args.site_packages) if args.site_packages else None
+    ray_src = os.environ.get("RAY_SRC")
+    if args.action == "apply" and ray_src:
+        patchset.apply_to_checkout(Path(ray_src), read_series(), pin.ray)
+    elif args.action == "apply":
+        result = patchset.apply_to_site_packages(site or _site_packages(VENV_DIR),
+                                                 read_series(), pin.ray)
+        print(result.format())
+    elif args.action == "revert":
+        # It prints its own summary; the list of restored files is for callers.
+        patchset.revert_site_packages(site or _site_packages(VENV_DIR), force=args.force)
+    elif args.action == "status":
+        print(patchset.status_site_packages(site or _site_packages(VENV_DIR),
+                                            read_series()).format())
+    elif args.action == "workspace":
+        from harness import wheels
+
+        wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
+        patchset.build_workspace(wheel, read_series(), WORKSPACE_DIR)
+        print(f"workspace ready: {WORKSPACE_DIR} (one commit per patch on top of `base`)")
+    elif args.action == "export":
+        for path in patchset.export_workspace(WORKSPACE_DIR, PATCHES_DIR):
+            print(f"wrote {path.relative_to(PATCHES_DIR.parent)}")
+
+
+def cmd_images(args) -> None:
+    from harness import images
+    from harness.pin import load_pin
+
+    specs = [images.ImageSpec.parse(s) for s in args.specs] or images.default_images(load_pin())
+    started = time.monotonic()
+    for spec, tag in images.ensure_images(specs).items():
+        print(f"{spec}: {tag}")
+    print(f"images ready in {time.monotonic() - started:.0f}s")
+
+
+def cmd_up(args) -> None:
+    from harness import appconfigs, engine, images
+    from harness.cluster import Cluster, ClusterConfig
+
+    leftovers = engine.labelled_containers(args.name)
+    if leftovers and sys.stdin.isatty():
+        names = ", ".join(sorted(c.name for c in leftovers))
+        answer = input(f"a cluster named {args.name!r} is already there ({names}). "
+                       f"Remove it and start a new one? [y/N] ")
+        if answer.strip().lower() in ("y", "yes"):
+            engine.remove_labelled(args.name)
+    tag = images.ensure_node_image(images.ImageSpec.parse(args.image))
+    cluster = Cluster(ClusterConfig(image=tag, name=args.name, workers=args.workers,
+                                    lb_port=args.port))
+    try:
+        cluster.up()
+        if not args.no_app:
+            cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app()))
+            cluster.wait_lb_ready()
+    except BaseException:
+        print("cluster: start-up did not finish; removing what was created", flush=True)
+        cluster.down()
+        raise
+    print(f"cluster {args.name!r} is up: {cluster.url}  (`python -m harness down` removes it)")
+
+
+def cmd_down(args) -> None:
+    from harness import engine
+
+    started = time.monotonic()
+    containers, networks = engine.remove_labelled(None if args.all else args.name)
+    print(f"removed {containers} containers and {networks} networks "
+          f"in {time.monotonic() - started:.1f}s")
+
+
+def cmd_status(args) -> None:
+    from harness import engine
+
+    containers = engine.labelled_containers(None if args.all else args.name)
+    if not containers:
+        print("no harness containers are running")
+        return
+    for c in sorted(containers, key=lambda c: c.name):
+        ports = c.attrs.get("HostConfig", {}).get("PortBindings") or {}
+        published = ", ".join(f"{b[0]['HostIp']}:{b[0]['HostPort']}->{p}"
+                              for p, b in ports.items() if b)
+        print(f"{c.name:32} {c.status:10} {c.labels.get(engine.ROLE_LABEL, ''):7} "
+              f"{c.image.tags[0] if c.image.tags else c.image.short_id}  {published}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    sub = parser.add_subparsers(dest="verb", required=True)
+
+    p = sub.add_parser("wheelhouse", help="download the wheels of a Ray release once")
+    p.add_argument("versions", nargs="*", help="default: the pinned version")
+    p.set_defaults(func=cmd_wheelhouse)
+
+    p = sub.add_parser("setup", help="create .venv with the pinned Ray and the requirements")
+    p.set_defaults(func=cmd_setup)
+
+    p = sub.add_parser("patches", help="apply, revert, inspect or edit the patch series")
+    p.add_argument("action", choices=["apply", "revert", "status", "workspace", "export"])
+    p.add_argument("--site-packages", help="default: the project's .venv")
+    p.add_argument("--force", action="store_true", help="revert even over hand edits")
+    p.set_defaults(func=cmd_patches)
+
+    p = sub.add_parser("images", help="build the node images (only what changed)")
+    p.add_argument("specs", nargs="*", help="e.g. 2.60.0-patched; default: all three")
+    p.set_defaults(func=cmd_images)
+
+    for verb, func, text in (("up", cmd_up, "start a cluster and deploy the echo app"),
+                             ("down", cmd_down, "remove a cluster (all it created)"),
+                             ("status", cmd_status, "list the harness's containers")):
+        p = sub.add_parser(verb, help=text)
+        p.add_argument("--name", default="rayspot", help="cluster name (default: rayspot)")
+        p.set_defaults(func=func)
+        if verb == "up":
+            p.add_argument("--image", default="2.60.0-patched")
+            p.add_argument("--workers", type=int, default=2)
+            p.add_argument("--port", type=int, default=18000, help="front LB port on 127.0.0.1")
+            p.add_argument("--no-app", action="store_true", help="do not deploy the echo app")
+        else:
+            p.add_argument("--all", action="store_true", help="every harness cluster")
+    return parser
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.errors import HarnessError
+
+    args = build_parser().parse_args(argv)
+    # A SIGTERM (CI timeout, `kill`) unwinds like Ctrl-C, so cleanup code runs.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        args.func(args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: what was being created has been removed; "
+              "`python -m harness status` shows anything left.", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

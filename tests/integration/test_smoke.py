@@ -1,0 +1,59 @@
+"""Smoke: a 3-node cluster behind the front LB serves real traffic with no
+errors, spreads replicas over nodes, runs HAProxy on every node, and leaves
+nothing behind when it is torn down."""
+
+import json
+import time
+
+import pytest
+
+from harness import appconfigs, engine
+from harness.cluster import Cluster, ClusterConfig
+from harness.errors import HarnessError
+from harness.load import run_closed_loop
+from harness.paths import BUILD_DIR
+
+pytestmark = pytest.mark.integration
+
+REQUESTS = 1000
+CLUSTER = "rayspot-smoke"
+
+
+def test_three_node_cluster_serves_1000_requests_and_tears_down(patched_image):
+    figures = {}
+    t0 = time.monotonic()
+    with Cluster(ClusterConfig(image=patched_image, name=CLUSTER, workers=2)) as cluster:
+        figures["cluster_up_s"] = round(time.monotonic() - t0, 1)
+        t1 = time.monotonic()
+        cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app()))
+        cluster.wait_lb_ready()
+        figures["app_ready_s"] = round(time.monotonic() - t1, 1)
+
+        rows = run_closed_loop(cluster.url + "/", REQUESTS, connections=8)
+        failures = [r for r in rows if r.error]
+        span = max(r.end for r in rows) - min(r.start for r in rows)
+        figures.update(requests=len(rows), failures=len(failures),
+                       rps=round(len(rows) / span, 1))
+        serving_nodes = {r.node for r in rows if r.node}
+        haproxy = {node.name: cluster.haproxy_pids(node) for node in cluster.nodes}
+        figures["serving_nodes"] = sorted(serving_nodes)
+
+        assert len(rows) == REQUESTS
+        assert not failures, f"{len(failures)} failed requests, e.g. {failures[:3]}"
+        assert len(serving_nodes) >= 2, f"replicas served from {serving_nodes} only"
+        assert all(haproxy.values()), f"a node runs no HAProxy: {haproxy}"
+
+        # A second `up` under the same name refuses, names the leftover, and
+        # leaves the running cluster alone.
+        with pytest.raises(HarnessError, match="already there"):
+            with Cluster(ClusterConfig(image=patched_image, name=CLUSTER)):
+                pass
+        assert len(engine.labelled_containers(CLUSTER)) == 4
+        t2 = time.monotonic()
+    figures["teardown_s"] = round(time.monotonic() - t2, 1)
+
+    assert engine.labelled_containers(CLUSTER) == []
+    assert engine.labelled_networks(CLUSTER) == []
+    BUILD_DIR.mkdir(exist_ok=True)
+    (BUILD_DIR / "smoke.json").write_text(json.dumps(figures, indent=2))
+    print(f"\nsmoke figures: {figures}")
