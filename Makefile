@@ -54,7 +54,7 @@ integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, 
 
 # pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
 test: $(PY) ## every test: unit, then integration
-	@$(PY) -m pytest -s -v -p no:cacheprovider; rc=$$?; \
+	@$(PY) -m pytest -s -v -p no:cacheprovider tests/unit tests/integration; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	  exit $$rc
 

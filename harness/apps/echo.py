@@ -1,20 +1,25 @@
 """Echo: answers every request with who served it, so a history can attribute
 each request to a replica and a node (container) without asking Ray.
 
-`GET /?sleep=S` sleeps S seconds first (capped), which the scenarios use to
-hold a request in flight across a fault.
+    GET /?sleep=S             sleep S seconds first (capped), then answer; the
+                              scenarios hold requests in flight across a fault
+    GET /stream?chunks=N      a chunked response of N JSON lines, 0.2 s apart
+    GET /admin/fail-health    the replica that receives it fails every health
+                              check from then on (the nemesis's switch)
 """
 
 import asyncio
+import json
 import os
 import socket
 
 import ray
 from ray import serve
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 MAX_SLEEP_S = 60.0
+CHUNK_INTERVAL_S = 0.2
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0})
@@ -26,12 +31,30 @@ class Echo:
             "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
         }
+        self._fail_health = False
 
-    async def __call__(self, request: Request) -> JSONResponse:
+    def check_health(self) -> None:
+        if self._fail_health:
+            raise RuntimeError("health check failing on purpose (/admin/fail-health)")
+
+    async def __call__(self, request: Request):
+        path = request.url.path.rstrip("/")
+        if path.endswith("/admin/fail-health"):
+            self._fail_health = True
+            return JSONResponse({**self._identity, "fail_health": True})
+        if path.endswith("/stream"):
+            chunks = min(int(request.query_params.get("chunks", 5)), 1000)
+            return StreamingResponse(self._lines(chunks), media_type="application/x-ndjson")
         sleep_s = min(float(request.query_params.get("sleep", 0) or 0), MAX_SLEEP_S)
         if sleep_s > 0:
             await asyncio.sleep(sleep_s)
         return JSONResponse({**self._identity, "slept": sleep_s})
+
+    async def _lines(self, chunks: int):
+        for index in range(chunks):
+            if index:
+                await asyncio.sleep(CHUNK_INTERVAL_S)
+            yield json.dumps({**self._identity, "chunk": index}) + "\n"
 
 
 app = Echo.bind()

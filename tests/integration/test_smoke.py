@@ -2,6 +2,7 @@
 errors, spreads replicas over nodes, runs HAProxy on every node, and leaves
 nothing behind when it is torn down."""
 
+import asyncio
 import json
 import time
 
@@ -10,7 +11,8 @@ import pytest
 from harness import appconfigs, engine
 from harness.cluster import Cluster, ClusterConfig
 from harness.errors import HarnessError
-from harness.load import run_closed_loop
+from harness.history import History
+from harness.load import closed_loop
 from harness.paths import BUILD_DIR
 
 pytestmark = pytest.mark.integration
@@ -29,7 +31,9 @@ def test_three_node_cluster_serves_1000_requests_and_tears_down(patched_image):
         cluster.wait_lb_ready()
         figures["app_ready_s"] = round(time.monotonic() - t1, 1)
 
-        rows = run_closed_loop(cluster.url + "/", REQUESTS, connections=8)
+        history = History()
+        asyncio.run(closed_loop("127.0.0.1", cluster.config.lb_port, REQUESTS, 8, history))
+        rows = history.requests
         failures = [r for r in rows if r.error]
         span = max(r.end for r in rows) - min(r.start for r in rows)
         figures.update(requests=len(rows), failures=len(failures),
