@@ -8,7 +8,7 @@ HARNESS := $(PY) -m harness
 
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
-        images up down status unit-test integration-test test lint clean
+        images up down status bench-load unit-test integration-test test lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -57,6 +57,9 @@ test: $(PY) ## every test: unit, then integration
 	@$(PY) -m pytest -s -v -p no:cacheprovider tests/unit tests/integration; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	  exit $$rc
+
+bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one run
+	$(HARNESS) bench load
 
 lint: $(PY) ## ruff
 	$(PY) -m ruff check harness tests

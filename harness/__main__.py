@@ -98,6 +98,29 @@ def cmd_images(args) -> None:
     print(f"images ready in {time.monotonic() - started:.0f}s")
 
 
+def cmd_run(args) -> None:
+    from harness import images
+    from harness.errors import HarnessError
+    from harness.scenarios import SCENARIOS, run_scenario
+
+    if args.scenario not in SCENARIOS:
+        raise HarnessError(f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
+    specs = [images.ImageSpec.parse(s) for s in args.image] or None
+    outcome = run_scenario(SCENARIOS[args.scenario](), specs)
+    print(outcome.report["md"].read_text())
+    print(f"report: {outcome.report['md'].parent}  ({outcome.wall_s:.0f}s)")
+    if not outcome.as_expected:
+        raise HarnessError(f"{args.scenario}: the outcome is not what the scenario claims: "
+                           + "; ".join(outcome.findings))
+
+
+def cmd_bench(args) -> None:
+    from harness import bench
+
+    if args.what == "load":
+        bench.print_load(bench.bench_load())
+
+
 def cmd_up(args) -> None:
     from harness import appconfigs, engine, images
     from harness.cluster import Cluster, ClusterConfig
@@ -168,6 +191,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("images", help="build the node images (only what changed)")
     p.add_argument("specs", nargs="*", help="e.g. 2.60.0-patched; default: all three")
     p.set_defaults(func=cmd_images)
+
+    p = sub.add_parser("run", help="run a scenario on images side by side")
+    p.add_argument("scenario")
+    p.add_argument("--image", action="append", default=[],
+                   help="repeat; the last is the one under test (default: 2.59.0-stock, "
+                        "2.60.0-patched)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
+    p.add_argument("what", choices=["load"])
+    p.set_defaults(func=cmd_bench)
 
     for verb, func, text in (("up", cmd_up, "start a cluster and deploy the echo app"),
                              ("down", cmd_down, "remove a cluster (all it created)"),

@@ -21,6 +21,7 @@ import socket
 import tarfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from harness import engine
 from harness.errors import HarnessError
@@ -54,6 +55,9 @@ class ClusterConfig:
     shm_size: str = "512m"
     lb_port: int = LB_PORT
     env: dict[str, str] = field(default_factory=dict)
+    # Custom resources on workers only (not the head), e.g. {"w": 10}, so that
+    # an app can keep its replicas off the head with `resources: {"w": 1}`.
+    worker_resources: dict[str, float] = field(default_factory=dict)
 
     @property
     def node_env(self) -> dict[str, str]:
@@ -122,7 +126,9 @@ class Cluster:
         for i in range(1, cfg.workers + 1):
             self.workers.append(self._start_node(f"worker-{i}", [
                 "ray", "start", f"--address={self.head.ip}:{HEAD_PORT}", "--block",
-                *self._resource_args()]))
+                *self._resource_args(),
+                *([f"--resources={json.dumps(cfg.worker_resources)}"]
+                  if cfg.worker_resources else [])]))
         self._wait(lambda: len(self.alive_ray_nodes()) == len(self.nodes),
                    f"{len(self.nodes)} Ray nodes alive", 120)
         _progress(f"{len(self.nodes)} Ray nodes alive", started)
@@ -156,7 +162,18 @@ class Cluster:
             labels=self._labels("head" if role == "head" else "worker"),
             volumes={str(ROOT / "harness"): {"bind": f"{HARNESS_MOUNT}/harness", "mode": "ro"}},
         )
-        return Node("head" if role == "head" else "worker", container, self._ip(container))
+        node = Node("head" if role == "head" else "worker", container, self._ip(container))
+        self._start_syslog(node)
+        return node
+
+    def _start_syslog(self, node: Node) -> None:
+        """HAProxy logs to 127.0.0.1:514 by default; keep them in the node's
+        /tmp/haproxy.log so a scenario can read routing and termination states."""
+        node.container.exec_run(["python", "-m", "harness.incluster", "syslog"], detach=True)
+
+    def haproxy_log(self, node: Node) -> list[str]:
+        _, out = engine.exec_in(node.container, ["cat", "/tmp/haproxy.log"], check=False)
+        return out.splitlines()
 
     def _ip(self, container) -> str:
         container.reload()
@@ -193,13 +210,63 @@ class Cluster:
         except HarnessError:
             return []
 
-    def deploy(self, config: dict, timeout_s: float = 180) -> dict:
-        result = self.exec_head(["deploy", json.dumps(config), "--timeout", str(timeout_s)],
-                                check=False)
+    def deploy(self, config: dict, timeout_s: float = 180, wait: bool = True) -> dict:
+        """Deploy declaratively; with `wait`, until every app is RUNNING."""
+        args = ["deploy", json.dumps(config), "--timeout", str(timeout_s if wait else 0)]
+        result = self.exec_head(args, check=False)
         if result.get("error"):
             raise HarnessError(f"deploying {sorted(result['applications'])} failed: "
                                f"{result['error']}")
         return result
+
+    def ray_node_id(self, node: Node) -> str:
+        """The Ray node id (hex) of a container, matched by IP."""
+        for info in self.exec_head(["nodes"]):
+            if info["NodeManagerAddress"] == node.ip and info["Alive"]:
+                return info["NodeID"]
+        raise HarnessError(f"no alive Ray node has {node.name}'s address {node.ip}")
+
+    def ray_node(self, node_id: str) -> dict:
+        for info in self.exec_head(["nodes"]):
+            if info["NodeID"] == node_id:
+                return info
+        raise HarnessError(f"the GCS does not know node {node_id}")
+
+    def actors(self) -> list[dict]:
+        return self.exec_head(["actors"])
+
+    def replicas_by_node(self, app: str, deployment: str) -> dict[str, list[dict]]:
+        """Alive replica actors of a deployment, by Ray node id."""
+        by_node: dict[str, list[dict]] = {}
+        for actor in self.actors():
+            if actor["class"] == f"ServeReplica:{app}:{deployment}" and actor["state"] == "ALIVE":
+                by_node.setdefault(actor["node_id"], []).append(actor)
+        return by_node
+
+    def controller_pid(self) -> int:
+        for actor in self.actors():
+            if actor["name"] == "SERVE_CONTROLLER_ACTOR" and actor["state"] == "ALIVE":
+                return actor["pid"]
+        raise HarnessError("no alive Serve controller; is an app deployed?")
+
+    def serve_log_lines(self, node: Node, needles: list[str]) -> list[tuple[float, str]]:
+        """(time, line) of the node's Serve log lines containing any needle.
+
+        Read from the container's files, so it works after the node stopped
+        (a killed container keeps its filesystem until it is removed)."""
+        archive, _ = node.container.get_archive("/tmp/ray")
+        buffer = io.BytesIO(b"".join(archive))
+        found = []
+        with tarfile.open(fileobj=buffer) as tar:
+            for member in tar.getmembers():
+                if "/logs/serve/" not in member.name or not member.isfile():
+                    continue
+                for raw in tar.extractfile(member).read().decode(errors="replace").splitlines():
+                    if any(needle in raw for needle in needles):
+                        stamp = _log_time(raw)
+                        if stamp is not None:
+                            found.append((stamp, raw))
+        return sorted(found)
 
     def serve_status(self) -> dict:
         return self.exec_head(["serve-status"])
@@ -275,6 +342,9 @@ defaults
 
 frontend front
     bind *:{SERVE_PORT}
+    # Answered by the LB itself: the load benchmark measures the generator
+    # alone against it (HAProxy is never the bottleneck there).
+    http-request return status 200 content-type application/json string "{{}}" if {{ path /-/null }}
     default_backend nodes
 
 backend nodes
@@ -321,6 +391,19 @@ def _tar_one(path: str, text: str) -> bytes:
         info.mode = 0o644
         tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def _log_time(line: str) -> float | None:
+    """Serve log lines start `LEVEL YYYY-MM-DD HH:MM:SS,mmm ...`, in the
+    container's clock, which is the host's, in UTC."""
+    parts = line.split(" ", 3)
+    if len(parts) < 3:
+        return None
+    try:
+        stamp = datetime.strptime(f"{parts[1]} {parts[2]}", "%Y-%m-%d %H:%M:%S,%f")
+    except ValueError:
+        return None
+    return stamp.replace(tzinfo=UTC).timestamp()
 
 
 def _progress(message: str, started: float) -> None:

@@ -33,6 +33,8 @@ def deploy(config: dict, timeout_s: float) -> dict:
                          proxy_location=schema.proxy_location)
     client.deploy_apps(schema)
     names = {app.name for app in schema.applications}
+    if timeout_s <= 0:  # the caller times what follows the change itself
+        return {"applications": {name: "SUBMITTED" for name in names}}
     deadline = time.monotonic() + timeout_s
     while True:
         apps = serve.status().applications
@@ -47,9 +49,39 @@ def deploy(config: dict, timeout_s: float) -> dict:
 
 def nodes() -> list[dict]:
     ray = _connect()
-    keep = ("NodeID", "Alive", "NodeManagerAddress", "NodeManagerHostname", "Resources",
-            "DeathReason", "DeathReasonMessage")
-    return [{k: n.get(k) for k in keep} for n in ray.nodes()]
+    keep = ("NodeID", "Alive", "NodeManagerAddress", "NodeManagerHostname", "Resources")
+    return [{k: v for k, v in n.items() if k in keep or k.startswith("Death")}
+            for n in ray.nodes()]
+
+
+def drain(gcs_address: str, node_id_hex: str, reason: str, message: str,
+          deadline_s: float) -> dict:
+    """Ask the GCS to drain a node, as a spot-notice agent would. The node id
+    must be hex: a binary id decodes to Nil, which the GCS accepts silently and
+    never drains (ray/_private/node.py says so)."""
+    import ray
+    from ray.core.generated import autoscaler_pb2
+
+    client = ray._raylet.GcsClient(address=gcs_address)
+    sent = time.time()
+    deadline_ms = int((sent + deadline_s) * 1000) if deadline_s > 0 else 0
+    accepted, rejection = client.drain_node(
+        node_id_hex, autoscaler_pb2.DrainNodeReason.Value(f"DRAIN_NODE_REASON_{reason}"),
+        message, deadline_ms)
+    return {"accepted": accepted, "rejection": rejection, "sent": sent,
+            "deadline": deadline_ms / 1000 if deadline_ms else None}
+
+
+def actors() -> list[dict]:
+    """Every actor the GCS knows, alive or dead, with its node, pid and times.
+    From the GCS directly: the state API would need the dashboard."""
+    ray = _connect()
+    table = ray._private.state.actors()
+    return [{"id": a["ActorID"], "class": a["ActorClassName"], "name": a["Name"],
+             "state": a["State"], "node_id": a["Address"]["NodeID"], "pid": a["Pid"],
+             "start": a["StartTime"] / 1000 if a["StartTime"] else None,
+             "end": a["EndTime"] / 1000 if a["EndTime"] else None}
+            for a in table.values()]
 
 
 def serve_status() -> dict:
@@ -71,6 +103,22 @@ def serve_status() -> dict:
     }
 
 
+HAPROXY_LOG = "/tmp/haproxy.log"
+
+
+def syslog(path: str = HAPROXY_LOG) -> None:
+    """Receive HAProxy's log on 127.0.0.1:514/udp (Serve's default log target)
+    and append it to a file, stamped with the receive time. Runs until killed."""
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 514))
+    with open(path, "a", buffering=1) as out:
+        while True:
+            data, _ = sock.recvfrom(65535)
+            out.write(f"{time.time():.3f} {data.decode(errors='replace').strip()}\n")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.incluster")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -78,12 +126,29 @@ def main(argv: list[str]) -> int:
     p_deploy.add_argument("config_json")
     p_deploy.add_argument("--timeout", type=float, default=180.0)
     sub.add_parser("nodes")
+    sub.add_parser("actors")
     sub.add_parser("serve-status")
+    sub.add_parser("syslog")
+    p_drain = sub.add_parser("drain")
+    p_drain.add_argument("gcs_address")
+    p_drain.add_argument("node_id_hex")
+    p_drain.add_argument("--reason", default="PREEMPTION",
+                         choices=["PREEMPTION", "IDLE_TERMINATION"])
+    p_drain.add_argument("--message", default="spot interruption (harness)")
+    p_drain.add_argument("--deadline-s", type=float, default=0.0, help="0: no deadline")
     args = parser.parse_args(argv)
     if args.cmd == "deploy":
         result = deploy(json.loads(args.config_json), args.timeout)
     elif args.cmd == "nodes":
         result = nodes()
+    elif args.cmd == "syslog":
+        syslog()
+        return 0
+    elif args.cmd == "actors":
+        result = actors()
+    elif args.cmd == "drain":
+        result = drain(args.gcs_address, args.node_id_hex, args.reason, args.message,
+                       args.deadline_s)
     else:
         result = serve_status()
     print(json.dumps(result))

@@ -129,6 +129,7 @@ class Mix:
     stream: float = 0.0
     long_s: tuple[float, float] = (8.0, 20.0)
     stream_chunks: int = 5
+    short_path: str = "/"
 
     def draw(self, rng: random.Random) -> tuple[str, str]:
         kind = rng.choices(("short", "long", "stream"), (self.short, self.long, self.stream))[0]
@@ -136,7 +137,7 @@ class Mix:
             return kind, f"/?sleep={rng.uniform(*self.long_s):.2f}"
         if kind == "stream":
             return kind, f"/stream?chunks={self.stream_chunks}"
-        return kind, "/"
+        return kind, self.short_path
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,13 @@
+"""Scenarios: a cluster, an app, load and faults composed into one experiment,
+run against several images side by side and judged from the recorded history.
+
+    python -m harness run NAME --image 2.59.0-stock --image 2.60.0-patched
+"""
+
+from harness.scenarios.base import ScenarioOutcome, run_scenario
+from harness.scenarios.spot_preemption import SpotPreemption
+from harness.scenarios.stale_worker import StaleWorkerDrain
+
+SCENARIOS = {s.name: s for s in (StaleWorkerDrain, SpotPreemption)}
+
+__all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]

@@ -1,0 +1,190 @@
+"""spot_preemption (seed 002): a worker node gets a spot notice under mixed
+load (short, long-runner, streaming) through the front load balancer.
+
+The nemesis plays the node agent: notice, detection delay, a GCS drain with
+reason PREEMPTION and a deadline, and the container killed when the notice
+ends. The whole seed-002 ladder (with ordering E) is scaled by one factor, so
+every ordering holds and a run takes about a minute.
+
+Pass: no failed request; every replica on the node retired before the kill;
+the node's death reason is AUTOSCALER_DRAIN_PREEMPTED. The report carries the
+timeline of specs/drain-and-preemption.md section 6 with measured times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+from harness import appconfigs
+from harness.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.history import History
+from harness.ladder import Ladder
+from harness.load import HTTPConnection, LoadSpec, Mix, open_loop
+from harness.nemesis import spot_preemption
+from harness.scenarios.base import ImageRun, Scenario
+
+PREEMPTED = "AUTOSCALER_DRAIN_PREEMPTED"
+LEAD_S = 5.0  # steady load before the notice
+TAIL_S = 8.0  # load after the node is gone
+
+# (timeline row, node whose Serve logs hold it, text in the log line)
+LOG_ROWS = [
+    ("controller: replicas on the node marked for migration", "head", "Migrating "),
+    ("controller: first replica on the node STOPPING", "head", "Stopping Replica("),
+    ("replica: phase 1, reachable for MIN_DRAINING", "target", "Draining: staying reachable"),
+    ("replica: listener closed (phase 2)", "target", "closing the direct ingress HTTP listener"),
+    ("replica: graceful shutdown complete", "target", "Graceful shutdown complete"),
+    ("controller: replica stopped", "head", " is stopped."),
+    ("controller: drained proxy removed", "head", "Removing drained proxy"),
+]
+
+
+class SpotPreemption(Scenario):
+    name = "spot_preemption"
+    title = "Spot preemption under mixed load, seed-002 ladder scaled (seed 002)"
+
+    def __init__(self, scale: float = 0.5, rate: float = 25.0) -> None:
+        self.ladder = Ladder().scaled(scale)
+        self.scale, self.rate = scale, rate
+
+    def run_once(self, image_tag: str, label: str) -> ImageRun:
+        ladder = self.ladder
+        history = History({"ladder_scale": self.scale})
+        config = ClusterConfig(image=image_tag, name="rayspot-spot", workers=2,
+                               env=ladder.node_env(), worker_resources={"w": 10})
+        app = appconfigs.deploy_config(
+            appconfigs.echo_app(num_replicas=4, max_replicas_per_node=None,
+                                ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                                **ladder.deployment_options()),
+            http_options=ladder.http_options())
+        with Cluster(config) as cluster:
+            cluster.deploy(app)
+            cluster.wait_lb_ready()
+            target = self._busiest_worker(cluster)
+            target_id = cluster.ray_node_id(target)
+            replicas = cluster.replicas_by_node("echo", "Echo").get(target_id, [])
+            outcome, first_503 = asyncio.run(self._experiment(cluster, target, history))
+            death = _wait_for_death(cluster, target_id)
+            after = [a for a in cluster.actors() if a["id"] in {r["id"] for r in replicas}]
+            logs = {where: cluster.serve_log_lines(cluster.head if where == "head" else target,
+                                                   [needle for _, w, needle in LOG_ROWS
+                                                    if w == where])
+                    for where in ("head", "target")}
+            exited_at = _exit_time(target)
+        return self._judge(label, history, target, replicas, after, outcome, first_503, death,
+                           logs, exited_at)
+
+    @staticmethod
+    def _busiest_worker(cluster: Cluster) -> Node:
+        by_node = cluster.replicas_by_node("echo", "Echo")
+        return max(cluster.workers, key=lambda w: len(by_node.get(cluster.ray_node_id(w), [])))
+
+    async def _experiment(self, cluster: Cluster, target: Node, history: History):
+        ladder = self.ladder
+        duration = LEAD_S + ladder.notice.notice_s + TAIL_S
+        spec = LoadSpec(rate=self.rate, duration_s=duration, connections=96,
+                        mix=Mix(short=0.85, long=0.10, stream=0.05,
+                                long_s=(ladder.long_runner_min_s, ladder.long_runner_s)),
+                        timeout_s=ladder.request_timeout_s + 30)
+        load = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec, history))
+        stop = asyncio.Event()
+        healthz = asyncio.create_task(_first_unhealthy(target.ip, stop))
+        await asyncio.sleep(LEAD_S)
+        outcome = await spot_preemption(cluster, target, history, ladder.notice)
+        stop.set()
+        await load
+        return outcome, await healthz
+
+    def _judge(self, label, history, target, replicas, after, outcome, first_503, death, logs,
+               exited_at) -> ImageRun:
+        run = ImageRun(label, history)
+        t0, killed = outcome["t0"], outcome["killed"]
+        deadline = outcome["drain"]["deadline"]
+        gone_by = min(killed, exited_at) if exited_at else killed
+        retired = [a for a in after if a["state"] == "DEAD" and a["end"] and a["end"] <= gone_by]
+        reason = death.get("DeathReason") if death else None
+        run.checks += [
+            (f"{target.name} held {len(replicas)} replicas, and every one retired before the "
+             f"node went away", bool(replicas) and len(retired) == len(replicas)),
+            (f"death reason {reason} is {PREEMPTED}", str(reason) == PREEMPTED),
+            ("the node was not killed before its drain deadline", killed >= deadline - 0.05),
+        ]
+        run.facts["ladder (scaled)"] = (f"x{self.scale}: notice {self.ladder.notice.notice_s:g} s,"
+                                        f" detection {self.ladder.notice.detection_s:g} s, drain "
+                                        f"deadline {self.ladder.notice.drain_deadline_s:g} s, "
+                                        f"env {self.ladder.node_env()}, "
+                                        f"{self.ladder.deployment_options()}")
+        run.facts["death"] = death
+        rows = [("notice (T0)", t0), ("drain sent (GCS, PREEMPTION, deadline)",
+                                      outcome["drain"]["sent"])]
+        rows.append(("node /-/healthz answers 503 (front LB deregisters)", first_503))
+        for title, where, needle in LOG_ROWS:
+            stamps = [t for t, _ in logs[where] if needle in _ and t >= t0 - 0.5]
+            rows.append((title, stamps[0] if stamps else None))
+        rows.append(("raylet exited by itself (drained and idle)", exited_at))
+        rows.append(("drain deadline", deadline))
+        rows.append(("container killed (notice ends)" if not outcome["exited_before_kill"]
+                     else "notice ends (node already gone)", killed))
+        run.facts["timeline"] = rows
+        return run
+
+    def sections(self, runs):
+        sections = super().sections({k: _without_timeline(r) for k, r in runs.items()})
+        lines = ["| event | " + " | ".join(runs) + " |",
+                 "|---|" + "---|" * len(runs)]
+        first = next(iter(runs.values())).facts["timeline"]
+        for index, (title, _) in enumerate(first):
+            cells = []
+            for run in runs.values():
+                t0 = run.facts["timeline"][0][1]
+                stamp = run.facts["timeline"][index][1]
+                cells.append(f"+{stamp - t0:.2f} s" if stamp else "not seen")
+            lines.append(f"| {title} | " + " | ".join(cells) + " |")
+        sections["Timeline after the notice (specs/drain-and-preemption.md section 6)"] = \
+            "\n".join(lines)
+        return sections
+
+
+def _without_timeline(run: ImageRun) -> ImageRun:
+    facts = {k: v for k, v in run.facts.items() if k != "timeline"}
+    return ImageRun(run.label, run.history, run.verdict, facts, run.checks, run.wall_s)
+
+
+async def _first_unhealthy(ip: str, stop: asyncio.Event) -> float | None:
+    """Poll the node's /-/healthz as the front LB does; the first non-200."""
+    while not stop.is_set():
+        conn = HTTPConnection(ip, SERVE_PORT, -1)
+        row = await conn.get("/-/healthz", "healthz", 1.0)
+        conn.close()
+        if row.status is not None and row.status != 200:
+            return row.start
+        await asyncio.sleep(0.25)
+    return None
+
+
+def _wait_for_death(cluster: Cluster, node_id: str, timeout_s: float = 90.0) -> dict | None:
+    """The GCS's record of the node once it is dead (a killed raylet takes a
+    few health-check periods to be declared dead)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = cluster.ray_node(node_id)
+        if not info["Alive"]:
+            return info
+        time.sleep(2)
+    return None
+
+
+def _exit_time(node: Node) -> float | None:
+    """When the container's PID 1 (`ray start --block`) ended, if it ended by
+    itself; None if it was still running when killed."""
+    node.container.reload()
+    state = node.container.attrs["State"]
+    if state.get("OOMKilled") or state.get("ExitCode") == 137:
+        return None
+    finished = state.get("FinishedAt", "")
+    if not finished or finished.startswith("0001"):
+        return None
+    return datetime.strptime(finished[:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(
+        tzinfo=UTC).timestamp()

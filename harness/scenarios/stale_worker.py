@@ -1,0 +1,152 @@
+"""stale_worker_drain (seed 000): a stale HAProxy worker routes to a draining
+replica. Stock 2.59.0 severs those requests; 2.60.0 refuses them at connect
+time after the drain window, HAProxy redispatches them, and none fails.
+
+One event, as in specs/stale-worker-lab.md (the "pin" variant):
+  1. open K keep-alive connections to the head node's HAProxy and send one
+     request on each; leave them idle (they now belong to the current worker)
+  2. start long "pin" requests on both replicas: they keep the replica that
+     will stop busy, so it is still in its drain loop after the window
+  3. scale 2 -> 1 replicas (a lightweight update); Serve stops one replica
+     and reloads HAProxy, whose old worker keeps the idle connections
+  4. at STOP + ~6 s (after MIN_DRAINING = 5 s, before the force-kill at
+     STOP + 10 s) send a request of 8 s on every stale connection at once,
+     plus fresh-connection controls
+The stale requests that the old worker sends to the stopping replica outlive
+its force-kill: on 2.59.0 they fail, on 2.60.0 they are never admitted.
+
+The client talks to the head node's HAProxy directly, not through the front
+LB: the stale connections must be the client's own, held by the old worker.
+Pins are not judged (they outlive the force-kill on both versions by design);
+their outcome is reported as a fact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from harness import appconfigs
+from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.history import Event, History
+from harness.load import HTTPConnection
+from harness.scenarios.base import ImageRun, Scenario
+
+MIN_DRAINING_S = 5.0
+ENV = {
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": f"{MIN_DRAINING_S:g}",
+    # Old workers must outlive the event with their idle connections intact.
+    "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": "60",
+    # The default differs: 0 on 2.59.0, 1 on 2.60.0. Pinned so that only the
+    # drain differs between the runs.
+    "RAY_SERVE_HAPROXY_OBSERVE_MARK_DOWN_ENABLED": "1",
+}
+
+
+def _app(replicas: int) -> dict:
+    # gst = MIN_DRAINING + 5 s: the force-kill lands at STOP + 10 s, the relation
+    # of the defaults (30 s window, 35 s floor). Set explicitly: the declarative
+    # deploy path here did not apply Serve's floor (the controller force-killed
+    # at STOP + MIN_DRAINING with gst 1), so relying on it would compare
+    # different budgets.
+    return appconfigs.deploy_config(appconfigs.echo_app(
+        num_replicas=replicas, max_replicas_per_node=None,
+        ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+        graceful_shutdown_timeout_s=MIN_DRAINING_S + 5, graceful_shutdown_wait_loop_s=2,
+        max_ongoing_requests=100))
+
+
+class StaleWorkerDrain(Scenario):
+    name = "stale_worker_drain"
+    title = "Stale HAProxy worker routing to a draining replica (seed 000)"
+
+    def __init__(self, events: int = 2, stale: int = 20, pins: int = 4, controls: int = 5,
+                 send_after_s: float = 6.2, late_sleep_s: float = 8.0) -> None:
+        self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
+        self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
+
+    def run_once(self, image_tag: str, label: str) -> ImageRun:
+        history = History()
+        config = ClusterConfig(image=image_tag, name="rayspot-stale", workers=1, env=ENV,
+                               worker_resources={"w": 10})
+        pins_failed: list[int] = []
+        with Cluster(config) as cluster:
+            for number in range(self.events):
+                cluster.deploy(_app(2))
+                pins_failed.append(asyncio.run(self._event(cluster, history, number)))
+            stops = [t for t, _ in cluster.serve_log_lines(cluster.head, ["Stopping Replica("])]
+        run = ImageRun(label, history)
+        per_event, offsets = self._per_event(history, stops)
+        run.facts["failed stale requests per event"] = per_event
+        run.facts["late requests sent at STOP +"] = [f"{o:.2f} s" if o is not None else "?"
+                                                    for o in offsets]
+        run.facts["pins severed per event (expected on every version)"] = pins_failed
+        return run
+
+    async def _event(self, cluster: Cluster, history: History, number: int) -> int:
+        host, base = cluster.head.ip, number * 1000
+        stale = [HTTPConnection(host, SERVE_PORT, base + i) for i in range(self.stale)]
+        for row in await asyncio.gather(*(c.get("/", "prime", 10) for c in stale)):
+            history.add_request(row)
+        pin_conns = [HTTPConnection(host, SERVE_PORT, base + 900 + i) for i in range(self.pins)]
+        pins = [asyncio.create_task(c.get("/?sleep=40", "pin", 60)) for c in pin_conns]
+        await asyncio.sleep(1.0)
+
+        history.add_event(Event(time.time(), "scale_down", "start", f"event {number}",
+                                {"label": "2 -> 1 replicas"}))
+        await asyncio.to_thread(cluster.deploy, _app(1), wait=False)
+        returned = time.time()
+        history.add_event(Event(returned, "scale_down", "mark", f"event {number}",
+                                {"label": "deploy returned"}))
+        await asyncio.sleep(max(0.0, returned + self.send_after_s - time.time()))
+        history.add_event(Event(time.time(), "scale_down", "mark", f"event {number}",
+                                {"label": "late requests sent"}))
+        path = f"/?sleep={self.late_sleep_s:g}"
+        controls = [HTTPConnection(host, SERVE_PORT, base + 500 + i)
+                    for i in range(self.controls)]
+        rows = await asyncio.gather(*(c.get(path, "stale", 30) for c in stale),
+                                    *(c.get(path, "control", 30) for c in controls))
+        for row in rows:
+            history.add_request(row)
+        history.add_event(Event(time.time(), "scale_down", "end", f"event {number}"))
+
+        done = [p.result() for p in pins if p.done()]
+        for p in pins:
+            p.cancel()
+        await asyncio.gather(*pins, return_exceptions=True)
+        for conn in stale + controls + pin_conns:
+            conn.close()
+        return sum(1 for row in done if row.error)
+
+    def _per_event(self, history: History, stops: list[float]):
+        marks = [e for e in history.events if e.detail.get("label") == "late requests sent"]
+        starts = [e.time for e in history.events if e.phase == "start"]
+        per_event, offsets = [], []
+        for index, mark in enumerate(marks):
+            begin = starts[index]
+            end = starts[index + 1] if index + 1 < len(starts) else float("inf")
+            failed = [r for r in history.requests
+                      if r.kind == "stale" and r.error and begin <= r.start < end]
+            per_event.append(len(failed))
+            stop = next((s for s in stops if s >= begin - 1.0), None)
+            offsets.append(mark.time - stop if stop else None)
+        return per_event, offsets
+
+    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+        *baselines, fixed = runs.values()
+        findings = []
+        ok = True
+        for run in baselines:
+            failed = run.facts["failed stale requests per event"]
+            every = all(n >= 1 for n in failed)
+            ok &= every
+            findings.append(f"{run.label}: failed stale requests per event {failed} "
+                            f"({'reproduced in every event' if every else 'NOT reproduced'})")
+        fixed_failed = fixed.verdict.failures
+        ok &= fixed_failed == 0
+        findings.append(f"{fixed.label}: {fixed_failed} failed requests in "
+                        f"{len(fixed.facts['failed stale requests per event'])} events")
+        if baselines and not ok and fixed_failed == 0:
+            findings.append("the baseline did not fail in every event: the scenario did not "
+                            "reproduce the bug, so it proves nothing about the fix")
+        return ok, findings
