@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import tarfile
 import time
@@ -249,8 +250,10 @@ class Cluster:
                 return actor["pid"]
         raise HarnessError("no alive Serve controller; is an app deployed?")
 
-    def serve_log_lines(self, node: Node, needles: list[str]) -> list[tuple[float, str]]:
-        """(time, line) of the node's Serve log lines containing any needle.
+    def log_lines(self, node: Node, needles: list[str],
+                  where: str = "/logs/serve/") -> list[tuple[float, str]]:
+        """(time, line) of the node's Ray log lines containing any needle, from
+        files whose path contains `where` (Serve's logs, or e.g. `raylet.out`).
 
         Read from the container's files, so it works after the node stopped
         (a killed container keeps its filesystem until it is removed)."""
@@ -259,7 +262,7 @@ class Cluster:
         found = []
         with tarfile.open(fileobj=buffer) as tar:
             for member in tar.getmembers():
-                if "/logs/serve/" not in member.name or not member.isfile():
+                if where not in member.name or not member.isfile():
                     continue
                 for raw in tar.extractfile(member).read().decode(errors="replace").splitlines():
                     if any(needle in raw for needle in needles):
@@ -393,16 +396,16 @@ def _tar_one(path: str, text: str) -> bytes:
     return buffer.getvalue()
 
 
+_LOG_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
+
+
 def _log_time(line: str) -> float | None:
-    """Serve log lines start `LEVEL YYYY-MM-DD HH:MM:SS,mmm ...`, in the
-    container's clock, which is the host's, in UTC."""
-    parts = line.split(" ", 3)
-    if len(parts) < 3:
+    """Serve lines start `LEVEL YYYY-MM-DD HH:MM:SS,mmm`, raylet lines
+    `[YYYY-MM-DD HH:MM:SS,mmm`; both in the container's clock, the host's, UTC."""
+    match = _LOG_STAMP.search(line[:40])
+    if not match:
         return None
-    try:
-        stamp = datetime.strptime(f"{parts[1]} {parts[2]}", "%Y-%m-%d %H:%M:%S,%f")
-    except ValueError:
-        return None
+    stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
     return stamp.replace(tzinfo=UTC).timestamp()
 
 

@@ -49,13 +49,20 @@ def deploy(config: dict, timeout_s: float) -> dict:
 
 def nodes() -> list[dict]:
     ray = _connect()
+    from ray.core.generated.common_pb2 import NodeDeathInfo
+
     keep = ("NodeID", "Alive", "NodeManagerAddress", "NodeManagerHostname", "Resources")
-    return [{k: v for k, v in n.items() if k in keep or k.startswith("Death")}
-            for n in ray.nodes()]
+    found = []
+    for node in ray.nodes():
+        info = {k: v for k, v in node.items() if k in keep or k.startswith("Death")}
+        if isinstance(info.get("DeathReason"), int):  # the enum's number; name it
+            info["DeathReason"] = NodeDeathInfo.Reason.Name(info["DeathReason"])
+        found.append(info)
+    return found
 
 
 def drain(gcs_address: str, node_id_hex: str, reason: str, message: str,
-          deadline_s: float) -> dict:
+          deadline_s: float, at: float = 0.0) -> dict:
     """Ask the GCS to drain a node, as a spot-notice agent would. The node id
     must be hex: a binary id decodes to Nil, which the GCS accepts silently and
     never drains (ray/_private/node.py says so)."""
@@ -63,6 +70,10 @@ def drain(gcs_address: str, node_id_hex: str, reason: str, message: str,
     from ray.core.generated import autoscaler_pb2
 
     client = ray._raylet.GcsClient(address=gcs_address)
+    # Starting this process and importing Ray takes most of a second; the caller
+    # starts it early and names the wall-clock time the drain is due (the
+    # container's clock is the host's).
+    time.sleep(max(0.0, at - time.time()))
     sent = time.time()
     deadline_ms = int((sent + deadline_s) * 1000) if deadline_s > 0 else 0
     accepted, rejection = client.drain_node(
@@ -136,6 +147,7 @@ def main(argv: list[str]) -> int:
                          choices=["PREEMPTION", "IDLE_TERMINATION"])
     p_drain.add_argument("--message", default="spot interruption (harness)")
     p_drain.add_argument("--deadline-s", type=float, default=0.0, help="0: no deadline")
+    p_drain.add_argument("--at", type=float, default=0.0, help="send at this time.time()")
     args = parser.parse_args(argv)
     if args.cmd == "deploy":
         result = deploy(json.loads(args.config_json), args.timeout)
@@ -148,7 +160,7 @@ def main(argv: list[str]) -> int:
         result = actors()
     elif args.cmd == "drain":
         result = drain(args.gcs_address, args.node_id_hex, args.reason, args.message,
-                       args.deadline_s)
+                       args.deadline_s, args.at)
     else:
         result = serve_status()
     print(json.dumps(result))

@@ -36,6 +36,10 @@ async def _sleep_until(when: float) -> None:
 
 # ------------------------------------------------------------------ spot preemption
 
+# `docker exec` of a Python that imports Ray takes ~0.8 s here; the drain
+# command starts this much early and waits for its due time inside.
+EXEC_LEAD_S = 2.0
+
 
 @dataclass(frozen=True)
 class SpotNotice:
@@ -62,10 +66,11 @@ async def spot_preemption(cluster: Cluster, node: Node, history: History,
     t0 = _event(history, "spot_preemption", "start", node.name, label="notice",
                 notice_s=notice.notice_s, detection_s=notice.detection_s,
                 drain_deadline_s=notice.drain_deadline_s, node_id=node_id)
-    await _sleep_until(t0 + notice.detection_s)
+    due = t0 + notice.detection_s
+    await _sleep_until(due - EXEC_LEAD_S)
     drain = await asyncio.to_thread(cluster.exec_head, [
         "drain", f"{cluster.head.ip}:{HEAD_PORT}", node_id, "--reason", "PREEMPTION",
-        "--deadline-s", str(notice.drain_deadline_s)])
+        "--deadline-s", str(notice.drain_deadline_s), "--at", f"{due:.3f}"])
     _event(history, "spot_preemption", "mark", node.name, label="drain sent", **drain)
     if not drain["accepted"]:
         _event(history, "spot_preemption", "end", node.name, label="drain rejected")

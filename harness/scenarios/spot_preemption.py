@@ -38,6 +38,7 @@ LOG_ROWS = [
     ("replica: graceful shutdown complete", "target", "Graceful shutdown complete"),
     ("controller: replica stopped", "head", " is stopped."),
     ("controller: drained proxy removed", "head", "Removing drained proxy"),
+    ("raylet: drained and idle, shuts itself down", "raylet", "The node is drained"),
 ]
 
 
@@ -57,7 +58,9 @@ class SpotPreemption(Scenario):
         app = appconfigs.deploy_config(
             appconfigs.echo_app(num_replicas=4, max_replicas_per_node=None,
                                 ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-                                **ladder.deployment_options()),
+                                # The echo handler only sleeps: let a replica hold the
+                                # long-runners of this load without queueing them.
+                                max_ongoing_requests=100, **ladder.deployment_options()),
             http_options=ladder.http_options())
         with Cluster(config) as cluster:
             cluster.deploy(app)
@@ -68,10 +71,11 @@ class SpotPreemption(Scenario):
             outcome, first_503 = asyncio.run(self._experiment(cluster, target, history))
             death = _wait_for_death(cluster, target_id)
             after = [a for a in cluster.actors() if a["id"] in {r["id"] for r in replicas}]
-            logs = {where: cluster.serve_log_lines(cluster.head if where == "head" else target,
-                                                   [needle for _, w, needle in LOG_ROWS
-                                                    if w == where])
-                    for where in ("head", "target")}
+            logs = {where: cluster.log_lines(
+                        cluster.head if where == "head" else target,
+                        [needle for _, w, needle in LOG_ROWS if w == where],
+                        "/logs/raylet.out" if where == "raylet" else "/logs/serve/")
+                    for where in ("head", "target", "raylet")}
             exited_at = _exit_time(target)
         return self._judge(label, history, target, replicas, after, outcome, first_503, death,
                            logs, exited_at)
@@ -123,7 +127,7 @@ class SpotPreemption(Scenario):
         for title, where, needle in LOG_ROWS:
             stamps = [t for t, _ in logs[where] if needle in _ and t >= t0 - 0.5]
             rows.append((title, stamps[0] if stamps else None))
-        rows.append(("raylet exited by itself (drained and idle)", exited_at))
+        rows.append(("container exited by itself (`ray start --block` ended)", exited_at))
         rows.append(("drain deadline", deadline))
         rows.append(("container killed (notice ends)" if not outcome["exited_before_kill"]
                      else "notice ends (node already gone)", killed))

@@ -74,7 +74,7 @@ class StaleWorkerDrain(Scenario):
             for number in range(self.events):
                 cluster.deploy(_app(2))
                 pins_failed.append(asyncio.run(self._event(cluster, history, number)))
-            stops = [t for t, _ in cluster.serve_log_lines(cluster.head, ["Stopping Replica("])]
+            stops = [t for t, _ in cluster.log_lines(cluster.head, ["Stopping Replica("])]
         run = ImageRun(label, history)
         per_event, offsets = self._per_event(history, stops)
         run.facts["failed stale requests per event"] = per_event

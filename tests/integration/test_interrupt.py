@@ -1,0 +1,34 @@
+"""Ctrl-C at any point of a cluster's life leaves no container or network
+behind: the harness is interrupted like a user would (SIGINT to the process)
+while it creates the network, starts nodes, and deploys the app."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import engine
+from harness.paths import ROOT
+
+pytestmark = pytest.mark.integration
+
+NAME = "rayspot-interrupt"
+
+
+@pytest.mark.parametrize("after_s", [1.5, 8.0, 26.0])
+def test_ctrl_c_during_up_leaves_nothing(patched_image, after_s):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "up", "--name", NAME, "--image", "2.60.0-patched",
+         "--port", "18123"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    time.sleep(after_s)
+    created = len(engine.labelled_containers(NAME))
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    print(f"\ninterrupted after {after_s}s with {created} containers up; exit {proc.returncode}")
+    assert engine.labelled_containers(NAME) == [], out
+    assert engine.labelled_networks(NAME) == [], out
+    if created:
+        assert proc.returncode == 130, out
