@@ -117,8 +117,7 @@ class Cluster:
         check_port_free(cfg.lb_port)
         self._owns_name = True
         started = time.monotonic()
-        self.network = engine.client().networks.create(
-            f"{cfg.name}-net", driver="bridge", labels=self._labels("network"))
+        self.network = self._create_network()
         self.head = self._start_node("head", [
             "ray", "start", "--head", "--block", f"--port={HEAD_PORT}",
             "--include-dashboard=false", "--disable-usage-stats", *self._resource_args()])
@@ -149,6 +148,25 @@ class Cluster:
     def _labels(self, role: str) -> dict[str, str]:
         return {engine.LABEL: "1", engine.CLUSTER_LABEL: self.config.name,
                 engine.ROLE_LABEL: role}
+
+    def _create_network(self):
+        """A bridge with a subnet of its own choosing: only a network with a
+        user-set subnet lets a container rejoin with its old address, which the
+        partition fault needs (a Ray node must come back under the same IP)."""
+        import docker
+
+        name = f"{self.config.name}-net"
+        for third in range(200, 256):
+            ipam = docker.types.IPAMConfig(pool_configs=[
+                docker.types.IPAMPool(subnet=f"10.{third}.{sum(map(ord, name)) % 256}.0/24")])
+            try:
+                return engine.client().networks.create(name, driver="bridge", ipam=ipam,
+                                                       labels=self._labels("network"))
+            except docker.errors.APIError as exc:
+                if "overlap" not in str(exc).lower():
+                    raise
+        raise HarnessError("no free /24 subnet for the cluster network in 10.200-255.x.0; "
+                           "remove unused Docker networks (`docker network prune`).")
 
     def _resource_args(self) -> list[str]:
         return [f"--num-cpus={self.config.num_cpus}",

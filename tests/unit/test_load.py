@@ -42,6 +42,17 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def _one_request(handler, path: str = "/", timeout_s: float = 5):
+    """One GET against a server that runs `handler` per connection."""
+    async def main():
+        server, port = await _serve(handler)
+        row = await HTTPConnection("127.0.0.1", port, 0).get(path, "short", timeout_s)
+        server.close()
+        return row
+
+    return run(main())
+
+
 def test_success_records_replica_and_reuses_the_connection():
     async def main():
         accepted = []
@@ -75,13 +86,7 @@ def test_closed_before_response_is_a_reset():
         await _read_request(reader)
         writer.close()
 
-    async def main():
-        server, port = await _serve(handler)
-        row = await HTTPConnection("127.0.0.1", port, 0).get("/", "short", 5)
-        server.close()
-        return row
-
-    row = run(main())
+    row = _one_request(handler)
     assert (row.status, row.error) == (None, "reset")
 
 
@@ -92,13 +97,7 @@ def test_body_cut_short_is_truncated():
         await writer.drain()
         writer.close()
 
-    async def main():
-        server, port = await _serve(handler)
-        row = await HTTPConnection("127.0.0.1", port, 0).get("/", "short", 5)
-        server.close()
-        return row
-
-    row = run(main())
+    row = _one_request(handler)
     assert (row.status, row.error) == (200, "truncated")
 
 
@@ -107,13 +106,7 @@ def test_slow_server_is_a_timeout():
         await _read_request(reader)
         await asyncio.sleep(5)
 
-    async def main():
-        server, port = await _serve(handler)
-        row = await HTTPConnection("127.0.0.1", port, 0).get("/", "short", 0.3)
-        server.close()
-        return row
-
-    row = run(main())
+    row = _one_request(handler, timeout_s=0.3)
     assert (row.status, row.error) == (None, "timeout")
     assert 0.25 < row.latency < 2
 
@@ -125,13 +118,7 @@ def test_http_errors_are_their_status(status):
         writer.write(_response(status, b"no"))
         await writer.drain()
 
-    async def main():
-        server, port = await _serve(handler)
-        row = await HTTPConnection("127.0.0.1", port, 0).get("/", "short", 5)
-        server.close()
-        return row
-
-    row = run(main())
+    row = _one_request(handler)
     assert (row.status, row.error) == (status, str(status))
 
 
@@ -146,13 +133,7 @@ def test_chunked_stream_is_read_whole():
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
-    async def main():
-        server, port = await _serve(handler)
-        row = await HTTPConnection("127.0.0.1", port, 0).get("/stream", "stream", 5)
-        server.close()
-        return row
-
-    row = run(main())
+    row = _one_request(handler, "/stream")
     assert row.ok and row.replica == "r1"
 
 

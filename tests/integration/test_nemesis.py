@@ -1,0 +1,137 @@
+"""Each fault of the nemesis, run once against a real cluster under light
+load: it records its events in the history and has the effect a user would
+see (the node dies, freezes, drops off the network; the replica is replaced;
+the controller stops; HAProxy reloads)."""
+
+import asyncio
+import time
+
+import pytest
+
+from harness import appconfigs, engine, nemesis
+from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.history import History
+from harness.load import HTTPConnection
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(patched_image):
+    config = ClusterConfig(image=patched_image, name="rayspot-nemesis", workers=2,
+                           worker_resources={"w": 10})
+    with Cluster(config) as running:
+        running.deploy(appconfigs.deploy_config(appconfigs.echo_app(
+            num_replicas=2, max_replicas_per_node=None,
+            ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+            health_check_period_s=1, health_check_timeout_s=2)))
+        running.wait_lb_ready()
+        yield running
+
+
+def _phases(history: History, fault: str) -> list[str]:
+    return [e.phase for e in history.events if e.fault == fault]
+
+
+def _reachable(ip: str) -> bool:
+    async def probe():
+        conn = HTTPConnection(ip, SERVE_PORT, 0)
+        row = await conn.get("/-/healthz", "probe", 1.5)
+        conn.close()
+        return row.status is not None
+    return asyncio.run(probe())
+
+
+def test_reload_churn_reloads_haproxy(cluster):
+    history = History()
+    before = set(cluster.haproxy_pids(cluster.head))
+    configs = [appconfigs.deploy_config(appconfigs.echo_app(
+        num_replicas=n, max_replicas_per_node=None,
+        ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+        health_check_period_s=1, health_check_timeout_s=2)) for n in (3, 2)]
+    asyncio.run(nemesis.reload_churn(cluster, history, configs, interval_s=3))
+    time.sleep(2)
+    assert _phases(history, "reload_churn") == ["start", "mark", "mark", "end"]
+    assert set(cluster.haproxy_pids(cluster.head)) - before, "HAProxy never reloaded"
+
+
+def test_failing_health_check_gets_the_replica_replaced(cluster):
+    history = History()
+    replica = asyncio.run(nemesis.fail_health_check(history, "127.0.0.1",
+                                                    cluster.config.lb_port))
+    assert _phases(history, "health_failure") == ["start"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        alive = {a["name"] for a in cluster.actors()
+                 if a["class"] == "ServeReplica:echo:Echo" and a["state"] == "ALIVE"}
+        if alive and not any(replica in name for name in alive):
+            return
+        time.sleep(1)
+    pytest.fail(f"replica {replica} still alive 60 s after its health check started failing")
+
+
+def test_controller_lag_stops_and_resumes_the_controller(cluster):
+    history = History()
+    pid = cluster.controller_pid()
+
+    async def lag_and_look():
+        task = asyncio.create_task(nemesis.controller_lag(cluster, history, cycles=1,
+                                                          stop_s=3, run_s=0))
+        await asyncio.sleep(1.5)
+        _, state = await asyncio.to_thread(engine.exec_in, cluster.head.container,
+                                           ["ps", "-o", "stat=", "-p", str(pid)])
+        await task
+        return state.strip()
+
+    assert asyncio.run(lag_and_look()).startswith("T")
+    _, after = engine.exec_in(cluster.head.container, ["ps", "-o", "stat=", "-p", str(pid)])
+    assert not after.strip().startswith("T")
+    assert _phases(history, "controller_lag") == ["start", "end"]
+
+
+def test_partition_cuts_the_node_off_and_heals(cluster):
+    history = History()
+    node = cluster.workers[0]
+
+    async def cut_and_look():
+        task = asyncio.create_task(nemesis.partition_node(cluster, node, history, 4))
+        await asyncio.sleep(1.5)
+        during = await asyncio.to_thread(_reachable, node.ip)
+        await task
+        return during
+
+    assert asyncio.run(cut_and_look()) is False
+    assert _reachable(node.ip)
+    assert _phases(history, "partition") == ["start", "end"]
+
+
+def test_pause_freezes_the_node(cluster):
+    history = History()
+    node = cluster.workers[0]
+
+    async def pause_and_look():
+        task = asyncio.create_task(nemesis.pause_node(node, history, 3))
+        await asyncio.sleep(1)
+        node.container.reload()
+        status = node.container.status
+        await task
+        return status
+
+    assert asyncio.run(pause_and_look()) == "paused"
+    node.container.reload()
+    assert node.container.status == "running"
+    assert _phases(history, "pause") == ["start", "end"]
+
+
+def test_kill_takes_the_node_away(cluster):
+    history = History()
+    node = cluster.workers[1]
+    node_id = cluster.ray_node_id(node)
+    asyncio.run(nemesis.kill_node(node, history))
+    node.container.reload()
+    assert node.container.status == "exited"
+    assert _phases(history, "kill") == ["start", "end"]
+    deadline = time.monotonic() + 90
+    while cluster.ray_node(node_id)["Alive"]:
+        assert time.monotonic() < deadline, "the GCS never declared the killed node dead"
+        time.sleep(2)
