@@ -32,3 +32,19 @@ def test_ctrl_c_during_up_leaves_nothing(patched_image, after_s):
     assert engine.labelled_networks(NAME) == [], out
     if created:
         assert proc.returncode == 130, out
+
+
+def test_ctrl_c_during_a_scenario_leaves_nothing(patched_image):
+    """Interrupted in the middle of its first event, with load in flight."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "stale_worker_drain"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not engine.labelled_containers("rayspot-stale"):
+        assert time.monotonic() < deadline and proc.poll() is None, "the scenario never started"
+        time.sleep(1)
+    time.sleep(40)  # cluster up, app deployed, first event under way
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert engine.labelled_containers("rayspot-stale") == [], out
+    assert engine.labelled_networks("rayspot-stale") == [], out
+    assert proc.returncode == 130, out

@@ -76,8 +76,13 @@ def test_controller_lag_stops_and_resumes_the_controller(cluster):
 
     async def lag_and_look():
         task = asyncio.create_task(nemesis.controller_lag(cluster, history, cycles=1,
-                                                          stop_s=3, run_s=0))
-        await asyncio.sleep(1.5)
+                                                          stop_s=4, run_s=0))
+        # The fault looks the controller up first (a docker exec, ~2 s); look
+        # once it says the controller is stopped.
+        while "start" not in _phases(history, "controller_lag"):
+            assert not task.done(), task
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(0.5)
         _, state = await asyncio.to_thread(engine.exec_in, cluster.head.container,
                                            ["ps", "-o", "stat=", "-p", str(pid)])
         await task
