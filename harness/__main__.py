@@ -65,7 +65,9 @@ def cmd_patches(args) -> None:
     site = Path(args.site_packages) if args.site_packages else None
     ray_src = os.environ.get("RAY_SRC")
     if args.action == "apply" and ray_src:
-        patchset.apply_to_checkout(Path(ray_src), read_series(), pin.ray)
+        series = read_series()
+        patchset.apply_to_checkout(Path(ray_src), series, pin.ray)
+        print(f"patches: {len(series)} patches applied to {ray_src} with git am, one commit each")
     elif args.action == "apply":
         result = patchset.apply_to_site_packages(site or _site_packages(VENV_DIR),
                                                  read_series(), pin.ray)
