@@ -5,10 +5,13 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 HARNESS := $(PY) -m harness
+# The venv's site-packages, where apply-patches installs the patches' own tests.
+SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+PATCH_TESTS = $(SITE)/ray/serve/tests/unit
 
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
-        images up down status bench-load unit-test integration-test test lint clean
+        images up down status bench-load unit-test patch-test mutation-check integration-test test lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -49,12 +52,18 @@ status: $(PY) ## list the harness's containers
 unit-test: $(PY) ## fast tests: harness logic, patch tooling (no Docker)
 	$(PY) -m pytest -m "not integration" -q
 
+patch-test: apply-patches ## the patches' own unit tests, in Ray's tree, against the patched venv
+	$(PY) -m pytest -q -p no:cacheprovider $(PATCH_TESTS)
+
+mutation-check: apply-patches ## remove each guarded piece of the push-health patches; a test must fail
+	$(PY) -m harness.mutation --site-packages $(SITE)
+
 integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, real HTTP
 	$(PY) -m pytest -m integration -s -v
 
 # pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
-test: $(PY) ## every test: unit, then integration
-	@$(PY) -m pytest -s -v -p no:cacheprovider tests/unit tests/integration; rc=$$?; \
+test: mutation-check ## every test: mutation check, unit, the patches' tests, integration
+	@$(PY) -m pytest -s -v -p no:cacheprovider tests/unit $(PATCH_TESTS) tests/integration; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	  exit $$rc
 

@@ -332,7 +332,7 @@ def _check_same_ray(site: Path, state: dict) -> None:
 
 
 @contextmanager
-def _signals_deferred() -> Iterator[None]:
+def signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM for the few copies of a commit and deliver them after,
     so Ctrl-C cannot stop site-packages half-written."""
     if threading.current_thread() is not threading.main_thread():
@@ -445,7 +445,7 @@ def _commit_steps(
         "state": _read_json(state_dir / _STATE_FILE),
     }
     _write_json(prep / "manifest.json", manifest)
-    with _signals_deferred():
+    with signals_deferred():
         os.rename(prep, state_dir / _JOURNAL)
         _write_targets(site, targets)
         _remove_dirs(site, remove_dirs)
@@ -490,7 +490,7 @@ def _recover(site: Path) -> list[str]:
         return []
     notes = []
     if (state_dir / _JOURNAL).is_dir():
-        with _signals_deferred():
+        with signals_deferred():
             _rollback(site)
         notes.append(f"an earlier apply/revert in {site} was interrupted; it was rolled back.")
     for leftover in (_JOURNAL_PREP, _JOURNAL_DONE):

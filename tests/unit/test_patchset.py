@@ -343,7 +343,7 @@ def test_failed_write_is_rolled_back_at_once(
 def test_sigint_is_deferred_during_commit() -> None:
     reached_end = False
     with pytest.raises(KeyboardInterrupt):
-        with patchset._signals_deferred():
+        with patchset.signals_deferred():
             os.kill(os.getpid(), signal.SIGINT)
             reached_end = True
     assert reached_end
