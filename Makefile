@@ -11,7 +11,7 @@ PATCH_TESTS = $(SITE)/ray/serve/tests/unit
 
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
-        images up down status bench-load unit-test patch-test mutation-check integration-test test lint clean
+        images up down status bench-load bench-health unit-test patch-test mutation-check integration-test test lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -69,6 +69,9 @@ test: mutation-check ## every test: mutation check, unit, the patches' tests, in
 
 bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one run
 	$(HARNESS) bench load
+
+bench-health: $(PY) ## controller probe submissions and CPU per health period, pull vs push
+	$(HARNESS) bench health
 
 lint: $(PY) ## ruff
 	$(PY) -m ruff check harness tests

@@ -121,6 +121,10 @@ def cmd_bench(args) -> None:
 
     if args.what == "load":
         bench.print_load(bench.bench_load())
+    else:
+        from harness import bench_health
+
+        bench_health.print_health(bench_health.bench_health())
 
 
 def cmd_up(args) -> None:
@@ -202,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
-    p.add_argument("what", choices=["load"])
+    p.add_argument("what", choices=["load", "health"])
     p.set_defaults(func=cmd_bench)
 
     for verb, func, text in (("up", cmd_up, "start a cluster and deploy the echo app"),

