@@ -243,12 +243,19 @@ class Cluster:
                                f"{result['error']}")
         return result
 
+    def ray_node_ids(self) -> dict[str, str]:
+        """Container name -> Ray node id (hex) of every alive node, matched by IP,
+        from one question to the GCS."""
+        by_ip = {info["NodeManagerAddress"]: info["NodeID"]
+                 for info in self.exec_head(["nodes"]) if info["Alive"]}
+        return {node.name: by_ip[node.ip] for node in self.nodes if node.ip in by_ip}
+
     def ray_node_id(self, node: Node) -> str:
-        """The Ray node id (hex) of a container, matched by IP."""
-        for info in self.exec_head(["nodes"]):
-            if info["NodeManagerAddress"] == node.ip and info["Alive"]:
-                return info["NodeID"]
-        raise HarnessError(f"no alive Ray node has {node.name}'s address {node.ip}")
+        """The Ray node id (hex) of a container."""
+        try:
+            return self.ray_node_ids()[node.name]
+        except KeyError:
+            raise HarnessError(f"no alive Ray node has {node.name}'s address {node.ip}") from None
 
     def ray_node(self, node_id: str) -> dict:
         for info in self.exec_head(["nodes"]):
@@ -258,6 +265,11 @@ class Cluster:
 
     def actors(self) -> list[dict]:
         return self.exec_head(["actors"])
+
+    def replica_names(self, app: str, deployment: str) -> set[str]:
+        """Actor names of a deployment's alive replicas (they embed the replica id)."""
+        return {a["name"] for actors in self.replicas_by_node(app, deployment).values()
+                for a in actors}
 
     def replicas_by_node(self, app: str, deployment: str) -> dict[str, list[dict]]:
         """Alive replica actors of a deployment, by Ray node id."""
@@ -309,9 +321,6 @@ class Cluster:
         _, stat = engine.exec_in(node.container, ["cat", f"/proc/{pid}/stat"])
         fields = stat.rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-    def serve_status(self) -> dict:
-        return self.exec_head(["serve-status"])
 
     def haproxy_pids(self, node: Node) -> list[int]:
         code, out = engine.exec_in(node.container, ["pgrep", "-x", "haproxy"], check=False)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -118,24 +117,11 @@ def remove_labelled(cluster: str | None = None) -> tuple[int, int]:
     return len(containers), len(networks)
 
 
-def exec_in(container, cmd: list[str], *, check: bool = True, env: dict | None = None,
-            user: str = "") -> tuple[int, str]:
+def exec_in(container, cmd: list[str], *, check: bool = True) -> tuple[int, str]:
     """Run a command inside a container; output is stdout+stderr as text."""
-    code, out = container.exec_run(cmd, environment=env, user=user, demux=False)
+    code, out = container.exec_run(cmd, demux=False)
     text = (out or b"").decode(errors="replace")
     if check and code != 0:
         raise HarnessError(f"`{' '.join(cmd)}` failed in {container.name} (exit {code}):\n"
                            f"{text[-3000:]}")
     return code, text
-
-
-def stream_lines(container, cmd: list[str]) -> Iterator[str]:
-    """Yield a long-running command's output line by line, for progress."""
-    _, stream = container.exec_run(cmd, stream=True)
-    buffer = ""
-    for chunk in stream:
-        buffer += chunk.decode(errors="replace")
-        *lines, buffer = buffer.split("\n")
-        yield from lines
-    if buffer:
-        yield buffer

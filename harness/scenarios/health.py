@@ -69,11 +69,6 @@ class _HealthScenario(Scenario):
             health_check_period_s=PERIOD_S, health_check_timeout_s=TIMEOUT_S)))
         cluster.wait_lb_ready()
 
-    @staticmethod
-    def _alive_replicas(cluster: Cluster) -> set[str]:
-        return {a["name"] for a in cluster.actors()
-                if a["class"] == "ServeReplica:echo:Echo" and a["state"] == "ALIVE"}
-
 
 class HealthFailure(_HealthScenario):
     name = "health_failure"
@@ -99,7 +94,7 @@ class HealthFailure(_HealthScenario):
                 replaced = None
                 deadline = time.monotonic() + 40
                 while replaced is None and time.monotonic() < deadline:
-                    alive = await asyncio.to_thread(self._alive_replicas, cluster)
+                    alive = await asyncio.to_thread(cluster.replica_names, "echo", "Echo")
                     if len(alive) == self.replicas and not any(replica in n for n in alive):
                         replaced = time.time()
                     else:
@@ -134,7 +129,7 @@ class ControllerLag(_HealthScenario):
         history = History()
         with self._cluster(image_tag, label) as cluster:
             self._deploy(cluster)
-            before = self._alive_replicas(cluster)
+            before = cluster.replica_names("echo", "Echo")
             started = time.time()
 
             async def main():
@@ -150,7 +145,7 @@ class ControllerLag(_HealthScenario):
             asyncio.run(main())
             killed = [line for stamp, line in cluster.log_lines(cluster.head, [UNHEALTHY])
                       if stamp >= started]
-            after = self._alive_replicas(cluster)
+            after = cluster.replica_names("echo", "Echo")
         run = ImageRun(label, history)
         run.facts["replicas falsely marked unhealthy"] = len(killed)
         run.facts["replicas replaced"] = len(before - after)

@@ -65,9 +65,11 @@ class SpotPreemption(Scenario):
         with Cluster(config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
-            target = self._busiest_worker(cluster)
-            target_id = cluster.ray_node_id(target)
-            replicas = cluster.replicas_by_node("echo", "Echo").get(target_id, [])
+            node_ids = cluster.ray_node_ids()
+            by_node = cluster.replicas_by_node("echo", "Echo")
+            target = max(cluster.workers, key=lambda w: len(by_node.get(node_ids[w.name], [])))
+            target_id = node_ids[target.name]
+            replicas = by_node.get(target_id, [])
             outcome, first_503 = asyncio.run(self._experiment(cluster, target, history))
             death = _wait_for_death(cluster, target_id)
             after = [a for a in cluster.actors() if a["id"] in {r["id"] for r in replicas}]
@@ -79,11 +81,6 @@ class SpotPreemption(Scenario):
             exited_at = _exit_time(target)
         return self._judge(label, history, target, replicas, after, outcome, first_503, death,
                            logs, exited_at)
-
-    @staticmethod
-    def _busiest_worker(cluster: Cluster) -> Node:
-        by_node = cluster.replicas_by_node("echo", "Echo")
-        return max(cluster.workers, key=lambda w: len(by_node.get(cluster.ray_node_id(w), [])))
 
     async def _experiment(self, cluster: Cluster, target: Node, history: History):
         ladder = self.ladder
@@ -125,7 +122,7 @@ class SpotPreemption(Scenario):
                                       outcome["drain"]["sent"])]
         rows.append(("node /-/healthz answers 503 (front LB deregisters)", first_503))
         for title, where, needle in LOG_ROWS:
-            stamps = [t for t, _ in logs[where] if needle in _ and t >= t0 - 0.5]
+            stamps = [t for t, line in logs[where] if needle in line and t >= t0 - 0.5]
             rows.append((title, stamps[0] if stamps else None))
         rows.append(("container exited by itself (`ray start --block` ended)", exited_at))
         rows.append(("drain deadline", deadline))

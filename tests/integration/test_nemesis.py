@@ -62,8 +62,7 @@ def test_failing_health_check_gets_the_replica_replaced(cluster):
     assert _phases(history, "health_failure") == ["start"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        alive = {a["name"] for a in cluster.actors()
-                 if a["class"] == "ServeReplica:echo:Echo" and a["state"] == "ALIVE"}
+        alive = cluster.replica_names("echo", "Echo")
         if alive and not any(replica in name for name in alive):
             return
         time.sleep(1)
