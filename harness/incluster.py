@@ -114,6 +114,18 @@ def serve_status() -> dict:
     }
 
 
+def controller_health() -> dict:
+    """The Serve controller's own health metrics (`get_health_metrics`): rolling
+    means of its control loop and of the deployment-state update within it."""
+    ray = _connect()
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    metrics = ray.get(controller.get_health_metrics.remote())
+    return {key: (metrics.get(key) or {}).get("mean") for key in
+            ("loop_duration_s", "deployment_state_update_duration_s")}
+
+
 HAPROXY_LOG = "/tmp/haproxy.log"
 
 
@@ -139,6 +151,7 @@ def main(argv: list[str]) -> int:
     sub.add_parser("nodes")
     sub.add_parser("actors")
     sub.add_parser("serve-status")
+    sub.add_parser("controller-health")
     sub.add_parser("syslog")
     p_drain = sub.add_parser("drain")
     p_drain.add_argument("gcs_address")
@@ -158,6 +171,8 @@ def main(argv: list[str]) -> int:
         return 0
     elif args.cmd == "actors":
         result = actors()
+    elif args.cmd == "controller-health":
+        result = controller_health()
     elif args.cmd == "drain":
         result = drain(args.gcs_address, args.node_id_hex, args.reason, args.message,
                        args.deadline_s, args.at)
