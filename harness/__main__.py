@@ -177,6 +177,16 @@ def cmd_status(args) -> None:
               f"{c.image.tags[0] if c.image.tags else c.image.short_id}  {published}")
 
 
+def cmd_ladder(args) -> None:
+    from harness.ladder import check_file
+
+    result = check_file(Path(args.file))
+    print(result.render())
+    if result.exit_code:
+        # A verdict, not a usage error: the report above says which orderings.
+        sys.exit(result.exit_code)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -208,6 +218,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
     p.add_argument("what", choices=["load", "health"])
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("ladder", help="check a service's timeout ladder (orderings A-J)")
+    ladder = p.add_subparsers(dest="action", required=True)
+    c = ladder.add_parser(
+        "check", help="check the ladder of a YAML service description",
+        description="Check every ordering A-J of the timeout ladder (specs/drain-and-preemption"
+                    ".md section 4.2) on a YAML service description; examples/ladder/ has "
+                    "three. Exit 0: every ordering holds; 1: one fails; 2: the file is wrong; "
+                    "3: none fails but some need values the file does not give.")
+    c.add_argument("file", help="e.g. examples/ladder/seed-002.yaml")
+    p.set_defaults(func=cmd_ladder)
 
     for verb, func, text in (("up", cmd_up, "start a cluster and deploy the echo app"),
                              ("down", cmd_down, "remove a cluster (all it created)"),
