@@ -4,11 +4,16 @@ replica, against the patched image with RAY_SERVE_ENABLE_PUSH_HEALTH=1.
     health_failure   a replica's check starts failing; it is replaced in both,
                      and the time to detect is reported for each
     controller_lag   SIGSTOP/SIGCONT cycles on the controller under load; with
-                     push no replica is falsely killed (stock's count reported)
+                     push no replica is falsely killed (stock's count reported).
+                     On 2.60.0 stock logs no strike either: on SIGCONT the core
+                     worker completes the probe replies that arrived during the
+                     stop before the control loop looks at them.
     stuck_receiver   the controller paused longer than
                      RAY_SERVE_METRICS_PUSH_STUCK_S; the replicas' reports
                      recover within a period after it, so the controller does
-                     not fall back to probing them for good
+                     not fall back to probing them for good. It passes with the
+                     bound taken out too: a paused controller resolves the
+                     queued pushes when it resumes, so none is lost for good.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ PERIOD_S = 2.0
 TIMEOUT_S = 2.0
 METRICS_PORT = 8090
 PROBES = "ray_serve_health_check_latency_ms_count"
+# Logged both for a strike (a probe timeout: "Didn't receive health check
+# response ... marking it unhealthy") and for the verdict ("... failed the health
+# check 3 times in a row, marking it unhealthy").
 UNHEALTHY = "marking it unhealthy"
 PUSH_ENV = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 
@@ -147,20 +155,20 @@ class ControllerLag(_HealthScenario):
                       if stamp >= started]
             after = cluster.replica_names("echo", "Echo")
         run = ImageRun(label, history)
-        run.facts["replicas falsely marked unhealthy"] = len(killed)
+        run.facts["false strikes or kills logged"] = len(killed)
         run.facts["replicas replaced"] = len(before - after)
         run.checks.append(("no replica falsely killed", not killed and before == after))
         return run
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         *baselines, push = runs.values()
-        findings = [f"{r.label}: {r.facts['replicas falsely marked unhealthy']} replicas "
-                    f"falsely marked unhealthy" for r in runs.values()]
-        if baselines and all(r.facts["replicas falsely marked unhealthy"] == 0
+        findings = [f"{r.label}: {r.facts['false strikes or kills logged']} false strikes or "
+                    f"kills logged" for r in runs.values()]
+        if baselines and all(r.facts["false strikes or kills logged"] == 0
                              for r in baselines):
             findings.append("stock killed no replica either: at these timings the lag does "
                             "not hurt pull, so this run shows no difference")
-        return push.facts["replicas falsely marked unhealthy"] == 0, findings
+        return push.facts["false strikes or kills logged"] == 0, findings
 
 
 class StuckReceiver(_HealthScenario):

@@ -9,11 +9,11 @@ from harness.scenarios import SCENARIOS, run_scenario
 pytestmark = pytest.mark.integration
 
 
-# controller_lag and stuck_receiver run (python -m harness run NAME) but are not here
-# yet: neither has been seen failing where it should. At its timings stock 2.60.0
-# kills no replica in controller_lag either, and stuck_receiver has not been run with
-# the stuck bound taken out (a SIGSTOPped controller may still resolve the queued
-# pushes when it resumes, so it may pass without the bound).
+# controller_lag and stuck_receiver run (python -m harness run NAME) but are not here:
+# neither can fail on the fault it names. SIGSTOP lag gives stock 2.60.0 no false
+# strike (probe replies complete on resume before the control loop looks), and
+# stuck_receiver passes with the stuck bound taken out (a paused controller resolves
+# queued pushes on resume; so does a 10 s partition). README.md has the runs.
 @pytest.mark.parametrize("name", ["stale_worker_drain", "spot_preemption", "health_failure"])
 def test_scenario(name):
     outcome = run_scenario(SCENARIOS[name]())

@@ -1,0 +1,93 @@
+"""request_overrun (issue 5, ordering B): where a request that runs past its
+budget surfaces, and as what.
+
+Two clusters of the same image, differing only in the ladder:
+
+    B holds     request_timeout_s 3 < HAProxy `timeout server` 5: the replica
+                gives up first and answers 408, with Serve's own message
+    B violated  request_timeout_s 5 > HAProxy `timeout server` 3: HAProxy gives
+                up first; its 504 is rewritten to a bare 500 by Ray's config
+
+On each, requests of 4 s (overrun the shorter bound, not the longer) and
+requests of 1 s (within both, the control) are sent straight to the head
+node's HAProxy. A client that sees a 500 cannot tell an overrun from a crash,
+which is why ordering B puts the replica's bound first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from harness import appconfigs, images
+from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.history import History
+from harness.load import HTTPConnection
+from harness.pin import load_pin
+from harness.scenarios.base import ImageRun, Scenario
+
+OVERRUN_S, CONTROL_S = 4.0, 1.0
+# name -> (request_timeout_s, RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S, expected status)
+LADDERS = {"B holds": (3.0, 5, 408), "B violated": (5.0, 3, 500)}
+
+
+class RequestOverrun(Scenario):
+    name = "request_overrun"
+    title = "A request that overruns its budget: 408 from the replica or 500 from HAProxy"
+
+    def __init__(self, requests: int = 10) -> None:
+        self.requests = requests
+
+    @staticmethod
+    def default_images() -> list[images.ImageSpec]:
+        return [images.ImageSpec(load_pin().ray.version, "stock")]
+
+    def run_once(self, image_tag: str, label: str) -> ImageRun:
+        history = History()
+        run = ImageRun(label, history)
+        for ladder, (request_timeout_s, timeout_server_s, expected) in LADDERS.items():
+            config = ClusterConfig(
+                image=image_tag, name="rayspot-overrun", workers=1,
+                env={"RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(timeout_server_s)})
+            with Cluster(config) as cluster:
+                cluster.deploy(appconfigs.deploy_config(
+                    # Room for every request at once: a queued control would
+                    # time out too, for a reason that is not its own.
+                    appconfigs.echo_app(num_replicas=2, max_replicas_per_node=None,
+                                        max_ongoing_requests=100),
+                    http_options={"request_timeout_s": request_timeout_s}))
+                rows = asyncio.run(self._send(cluster.head.ip, ladder))
+            for row in rows:
+                history.add_request(row)
+            overruns = [r for r in rows if r.kind == f"overrun, {ladder}"]
+            controls = [r for r in rows if r.kind == f"control, {ladder}"]
+            statuses = sorted({r.status for r in overruns}, key=str)
+            run.facts[f"{ladder}: overrun statuses"] = statuses
+            run.facts[f"{ladder}: overrun answered after"] = (
+                f"{min(r.latency for r in overruns):.2f}-{max(r.latency for r in overruns):.2f} s")
+            run.checks.append((f"{ladder} (request_timeout_s {request_timeout_s:g}, timeout "
+                               f"server {timeout_server_s}): every {OVERRUN_S:g} s request "
+                               f"answered {expected}", statuses == [expected]))
+            run.checks.append((f"{ladder}: every {CONTROL_S:g} s control request succeeded",
+                               all(r.ok for r in controls)))
+        return run
+
+    async def _send(self, host: str, ladder: str):
+        conns = [HTTPConnection(host, SERVE_PORT, i) for i in range(2 * self.requests)]
+        try:
+            return await asyncio.gather(
+                *(c.get(f"/?sleep={OVERRUN_S:g}", f"overrun, {ladder}", 30)
+                  for c in conns[:self.requests]),
+                *(c.get(f"/?sleep={CONTROL_S:g}", f"control, {ladder}", 30)
+                  for c in conns[self.requests:]))
+        finally:
+            for conn in conns:
+                conn.close()
+
+    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+        # The overruns are failures to the client by design; what is judged is
+        # which status each ladder produces.
+        findings = [f"{run.label}: {what}: {'yes' if ok else 'NO'}"
+                    for run in runs.values() for what, ok in run.checks]
+        findings += [f"{run.label}: {key}: {value}" for run in runs.values()
+                     for key, value in run.facts.items()]
+        return all(ok for run in runs.values() for _, ok in run.checks), findings
