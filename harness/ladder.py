@@ -146,20 +146,28 @@ class Deployment:
     ingress: bool
     graceful_shutdown_s: float = RAY_GST_DEFAULT_S
     wait_loop_s: float = RAY_WAIT_LOOP_DEFAULT_S
+    # Whether the config file sets graceful_shutdown_timeout_s. An explicit
+    # value replaces the deployment's (application_state.py:2050) after the
+    # ingress floor was applied at build time, so it is not floored.
+    gst_in_config: bool = True
 
     def force_kill_after_s(self, min_draining_s: float) -> float:
         """Seconds from a replica's stop to the controller's force-kill."""
         if not self.ingress:
             return self.graceful_shutdown_s
-        # An ingress gst is floored at MIN + SHUTDOWN_BUFFER_S when the app is
-        # deployed (deploy_utils.py:87-98), and DeploymentReplica.stop waits
-        # max(gst, MIN) (deployment_state.py:2178-2186), which the floor covers.
-        return max(self.graceful_shutdown_s, min_draining_s + SHUTDOWN_BUFFER_S)
+        # DeploymentReplica.stop waits max(gst, MIN) (deployment_state.py:2178-2186).
+        # Only a gst left to the code is floored at MIN + SHUTDOWN_BUFFER_S
+        # (deploy_utils.py:86-100); one set in the config file replaces it.
+        floor = min_draining_s if self.gst_in_config else min_draining_s + SHUTDOWN_BUFFER_S
+        return max(self.graceful_shutdown_s, floor)
 
     def force_kill_term(self, min_draining_s: float) -> Term:
         kill = self.force_kill_after_s(min_draining_s)
         if kill == self.graceful_shutdown_s:
             return Term("gst", kill)
+        if self.gst_in_config:
+            return Term("gst", kill, f"gst max({_num(self.graceful_shutdown_s)}, MIN_DRAINING "
+                                     f"{_num(min_draining_s)}) = {_num(kill)}")
         return Term("gst", kill, f"gst max({_num(self.graceful_shutdown_s)}, MIN_DRAINING "
                                  f"{_num(min_draining_s)} + SHUTDOWN_BUFFER_S "
                                  f"{_num(SHUTDOWN_BUFFER_S)}) = {_num(kill)}")
@@ -248,7 +256,12 @@ class Ladder:
         env.update({
             "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(self.haproxy_hard_stop_after_s or 0),
             "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": _env_num(self.min_draining_s),
-            "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S": _env_num(self.proxy_min_draining_s)})
+            "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S": _env_num(self.proxy_min_draining_s),
+            # Patch 0003 sizes an ingress replica's force-kill budget as MIN + request
+            # timeout + wait loop + this buffer; set to the ladder's margin, that is
+            # ordering E's right-hand side, so the patched budget is exactly the gst
+            # the ladder gives. Stock Ray has the buffer hard-coded and ignores it.
+            "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S": _env_num(self.margin_s)})
         # The rest only when they differ from Ray's defaults, so a default ladder
         # starts nodes with the env the scenarios have always used.
         if self.haproxy_close_spread_s is not None:
@@ -397,10 +410,16 @@ class Ladder:
             check = _compare([kill], ">=", need)
             notes = list(bound_notes)
             if check.status == "fail" and d.ingress and kill.text:
-                notes.append(f"the ingress floor MIN_DRAINING + SHUTDOWN_BUFFER_S leaves a "
-                             f"request admitted at the end of the drain window "
-                             f"{_num(SHUTDOWN_BUFFER_S)} s; SHUTDOWN_BUFFER_S is hard-coded in "
-                             f"2.60.0 (ray/serve/_private/constants.py:1086)")
+                left = kill.value - self.min_draining_s
+                notes.append(f"a request admitted at the end of the drain window gets "
+                             f"{_num(left)} s before the force-kill"
+                             + ("" if d.gst_in_config else
+                                "; SHUTDOWN_BUFFER_S is hard-coded in 2.60.0 "
+                                "(ray/serve/_private/constants.py:1086)"))
+                if d.gst_in_config:
+                    notes.append("a gst set in the config file is not floored at MIN_DRAINING "
+                                 "+ SHUTDOWN_BUFFER_S (application_state.py:2050); only one "
+                                 "left to the code is (deploy_utils.py:86-100)")
             if check.status == "fail":
                 notes.append(f"set graceful_shutdown_timeout_s >= {_num(_side(need)[1])}")
             result.append(Ordering(f"E[{d.name}]", title, (check,), tuple(notes)))
@@ -791,6 +810,8 @@ def _shared_fields(doc: _Doc, top: dict) -> tuple[dict, list]:
                 source = doc.line(options[key][1])
             else:
                 d[attr], source = default, f"Ray 2.60.0 default ({cite})"
+                if attr == "graceful_shutdown_s":
+                    d["gst_in_config"] = False
             rows.append((f"{where}.{key}", f"{_num(d[attr])} s", source))
         deployments.append(Deployment(**d))
     if not any(d.ingress for d in deployments):

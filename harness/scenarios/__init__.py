@@ -6,10 +6,12 @@ run against several images side by side and judged from the recorded history.
 
 from harness.scenarios.base import ScenarioOutcome, run_scenario
 from harness.scenarios.health import ControllerLag, HealthFailure, StuckReceiver
+from harness.scenarios.request_overrun import RequestOverrun
 from harness.scenarios.spot_preemption import SpotPreemption
-from harness.scenarios.stale_worker import StaleWorkerDrain
+from harness.scenarios.stale_worker import DrainWindowAdmission, StaleWorkerDrain
 
-SCENARIOS = {s.name: s for s in (StaleWorkerDrain, SpotPreemption, HealthFailure,
-                                  ControllerLag, StuckReceiver)}
+SCENARIOS = {s.name: s for s in (StaleWorkerDrain, DrainWindowAdmission, SpotPreemption,
+                                  HealthFailure, ControllerLag, StuckReceiver,
+                                  RequestOverrun)}
 
 __all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]

@@ -26,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness import appconfigs
+from harness import appconfigs, images
 from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.history import Event, History
 from harness.load import HTTPConnection
+from harness.pin import load_pin
 from harness.scenarios.base import ImageRun, Scenario
 
 MIN_DRAINING_S = 5.0
@@ -43,7 +44,7 @@ ENV = {
 }
 
 
-def _app(replicas: int) -> dict:
+def _app(replicas: int, request_timeout_s: float | None = None) -> dict:
     # gst = MIN_DRAINING + 5 s: the force-kill lands at STOP + 10 s, the relation
     # of the defaults (30 s window, 35 s floor). Set explicitly: the declarative
     # deploy path here did not apply Serve's floor (the controller force-killed
@@ -53,12 +54,14 @@ def _app(replicas: int) -> dict:
         num_replicas=replicas, max_replicas_per_node=None,
         ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
         graceful_shutdown_timeout_s=MIN_DRAINING_S + 5, graceful_shutdown_wait_loop_s=2,
-        max_ongoing_requests=100))
+        max_ongoing_requests=100),
+        http_options={"request_timeout_s": request_timeout_s} if request_timeout_s else None)
 
 
 class StaleWorkerDrain(Scenario):
     name = "stale_worker_drain"
     title = "Stale HAProxy worker routing to a draining replica (seed 000)"
+    request_timeout_s: float | None = None  # http_options.request_timeout_s
 
     def __init__(self, events: int = 2, stale: int = 20, pins: int = 4, controls: int = 5,
                  send_after_s: float = 6.2, late_sleep_s: float = 8.0) -> None:
@@ -72,7 +75,7 @@ class StaleWorkerDrain(Scenario):
         pins_failed: list[int] = []
         with Cluster(config) as cluster:
             for number in range(self.events):
-                cluster.deploy(_app(2))
+                cluster.deploy(_app(2, self.request_timeout_s))
                 pins_failed.append(asyncio.run(self._event(cluster, history, number)))
             stops = [t for t, _ in cluster.log_lines(cluster.head, ["Stopping Replica("])]
         run = ImageRun(label, history)
@@ -94,7 +97,7 @@ class StaleWorkerDrain(Scenario):
 
         history.add_event(Event(time.time(), "scale_down", "start", f"event {number}",
                                 {"label": "2 -> 1 replicas"}))
-        await asyncio.to_thread(cluster.deploy, _app(1), wait=False)
+        await asyncio.to_thread(cluster.deploy, _app(1, self.request_timeout_s), wait=False)
         returned = time.time()
         history.add_event(Event(returned, "scale_down", "mark", f"event {number}",
                                 {"label": "deploy returned"}))
@@ -150,3 +153,28 @@ class StaleWorkerDrain(Scenario):
             findings.append("the baseline did not fail in every event: the scenario did not "
                             "reproduce the bug, so it proves nothing about the fix")
         return ok, findings
+
+
+class DrainWindowAdmission(StaleWorkerDrain):
+    """drain_window_admission (issue 5, ordering E): the same event, but the
+    long requests arrive on the stale connections inside the drain window
+    (STOP + ~3.5 s, window 5 s), where the stopping replica still admits them.
+    They need 8 s, so they outlive the force-kill at the floor STOP + 10 s
+    (MIN_DRAINING + SHUTDOWN_BUFFER_S): stock 2.60.0 cuts the ones the old
+    worker sends to the stopping replica, as in the lab's phase1 variant. With
+    the ordering-E patch and a request timeout of 10 s, the budget is MIN + 10 s
+    + the wait loop + a margin, which covers them.
+    """
+
+    name = "drain_window_admission"
+    title = "Long requests admitted inside the drain window (ordering E, issue 5)"
+    request_timeout_s = 10.0
+
+    def __init__(self, events: int = 2, stale: int = 20, pins: int = 4, controls: int = 5,
+                 send_after_s: float = 2.5, late_sleep_s: float = 8.0) -> None:
+        super().__init__(events, stale, pins, controls, send_after_s, late_sleep_s)
+
+    @staticmethod
+    def default_images() -> list[images.ImageSpec]:
+        version = load_pin().ray.version
+        return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]

@@ -62,10 +62,22 @@ def test_half_scale_keeps_every_ordering_and_renders_env():
     assert ladder.deployment_options()["graceful_shutdown_timeout_s"] == 29.5
 
 
-def test_default_ladder_starts_nodes_with_only_the_four_ladder_vars():
+def test_default_ladder_starts_nodes_with_only_the_ladder_vars():
     assert set(Ladder().node_env()) == {
         "RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S", "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S",
-        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S"}
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S",
+        "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S"}
+
+
+def test_patched_force_kill_budget_equals_the_ladders_gst():
+    # Patch 0003: MIN + request timeout + wait loop + buffer, buffer = margin.
+    for ladder in (Ladder(), Ladder().scaled(0.5)):
+        env = ladder.node_env()
+        budget = (float(env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"])
+                  + ladder.request_timeout_s
+                  + ladder.deployment_options()["graceful_shutdown_wait_loop_s"]
+                  + float(env["RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S"]))
+        assert budget == ladder.deployment_options()["graceful_shutdown_timeout_s"]
 
 
 def test_a_factor_that_breaks_an_ordering_is_refused():
@@ -75,21 +87,31 @@ def test_a_factor_that_breaks_an_ordering_is_refused():
 
 
 def test_seed_002_gst_without_e_fails_ordering_e_with_its_arithmetic():
+    # Set in the config file, a gst is not floored: the force-kill lands at MIN.
     ladder = Ladder(deployments=(Deployment("ingress", True, 20.0),))
     [e] = [o for o in ladder.orderings() if o.key.startswith("E[")]
     assert e.status == "fail"
     assert e.checks[0].text == (
-        "gst max(20, MIN_DRAINING 30 + SHUTDOWN_BUFFER_S 5) = 35 >= MIN_DRAINING 30 + "
+        "gst max(20, MIN_DRAINING 30) = 30 >= MIN_DRAINING 30 + "
         "request_timeout_s 26 + wait_loop 2 + margin 1 = 59 -> FAIL")
+
+
+def test_a_gst_left_to_the_code_is_floored_at_min_plus_the_buffer():
+    ladder = Ladder(deployments=(Deployment("ingress", True, 20.0, gst_in_config=False),))
+    [e] = [o for o in ladder.orderings() if o.key.startswith("E[")]
+    assert e.checks[0].text.startswith(
+        "gst max(20, MIN_DRAINING 30 + SHUTDOWN_BUFFER_S 5) = 35 >= ")
 
 
 # ------------------------------------------------------------------ the example files
 
 
-def test_seed_002_example_flags_ordering_e_and_only_e():
+def test_seed_002_example_flags_ordering_e():
     result = check_file(EXAMPLES / "seed-002.yaml")
     failing = {o.key for _, o in result.results() if o.status == "fail"}
-    assert failing == {"E[gst-15s]", "E[gst-20s]", "E[gst-25s]"}
+    # G as well, at its boundary: with the force-kill at MIN (30 s) the last
+    # reload is at deadline - 30 s, and its old worker lives until the deadline.
+    assert failing == {"E[gst-15s]", "E[gst-20s]", "E[gst-25s]", "G"}
     assert "set graceful_shutdown_timeout_s >= 59" in _ordering(result, "E[gst-20s]").notes
     assert result.exit_code == 1
 
