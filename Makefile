@@ -11,7 +11,7 @@ PATCH_TESTS = $(SITE)/ray/serve/tests/unit
 
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
-        images up down status bench-load bench-health ladder-check unit-test patch-test mutation-check integration-test test lint clean
+        images up down status bench-load bench-health soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -72,6 +72,11 @@ bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one r
 
 bench-health: $(PY) ## controller probe submissions and CPU per health period, pull vs push
 	$(HARNESS) bench health
+
+SOAK_RUNS ?= 3
+SOAK_MINUTES ?= 10
+soak: $(PY) ## spot preemption every ~3 min under load, seed-002 ladder vs Ray defaults (SOAK_RUNS x SOAK_MINUTES each)
+	$(HARNESS) soak --runs $(SOAK_RUNS) --minutes $(SOAK_MINUTES)
 
 ladder-check: $(PY) ## check a timeout ladder, orderings A-J: make ladder-check FILE=examples/ladder/seed-002.yaml
 	@test -n "$(FILE)" || { echo "usage: make ladder-check FILE=path.yaml (see examples/ladder/)" >&2; exit 2; }

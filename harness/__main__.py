@@ -101,6 +101,8 @@ def cmd_images(args) -> None:
 
 
 def cmd_run(args) -> None:
+    import inspect
+
     from harness import images
     from harness.errors import HarnessError
     from harness.scenarios import SCENARIOS, run_scenario
@@ -108,7 +110,14 @@ def cmd_run(args) -> None:
     if args.scenario not in SCENARIOS:
         raise HarnessError(f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
     specs = [images.ImageSpec.parse(s) for s in args.image] or None
-    outcome = run_scenario(SCENARIOS[args.scenario](), specs)
+    scenario_class = SCENARIOS[args.scenario]
+    options = {}
+    if args.scale is not None:
+        if "scale" not in inspect.signature(scenario_class).parameters:
+            raise HarnessError(f"{args.scenario} runs no timeout ladder, so --scale does not "
+                               f"apply to it")
+        options["scale"] = args.scale
+    outcome = run_scenario(scenario_class(**options), specs)
     print(outcome.report["md"].read_text())
     print(f"report: {outcome.report['md'].parent}  ({outcome.wall_s:.0f}s)")
     if not outcome.as_expected:
@@ -177,6 +186,18 @@ def cmd_status(args) -> None:
               f"{c.image.tags[0] if c.image.tags else c.image.short_id}  {published}")
 
 
+def cmd_soak(args) -> None:
+    from harness import soak
+    from harness.errors import HarnessError
+
+    results = soak.soak(args.runs, args.minutes, args.interval)
+    soak.print_soak(results)
+    # The ladder is the claim; Ray's defaults are the comparison, reported only.
+    failed = [v.label for v in results[soak.LADDER_CONFIG] if not v.passed]
+    if failed:
+        raise HarnessError(f"soak: {', '.join(failed)} failed seed 002's 0.01% threshold")
+
+
 def cmd_ladder(args) -> None:
     from harness.ladder import check_file
 
@@ -213,11 +234,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", action="append", default=[],
                    help="repeat; the last is the one under test (default: 2.59.0-stock, "
                         "2.60.0-patched)")
+    p.add_argument("--scale", type=float, default=None,
+                   help="scale the timeout ladder (spot_preemption): 1 is seed 002's own "
+                        "times (the default), 0.5 halves every one of them")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
     p.add_argument("what", choices=["load", "health"])
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("soak", help="spot preemptions under sustained load, seed-002 ladder "
+                                    "vs Ray's defaults, as seed 002's table")
+    p.add_argument("--runs", type=int, default=3, help="runs per configuration")
+    p.add_argument("--minutes", type=float, default=10.0, help="length of each run")
+    p.add_argument("--interval", type=float, default=180.0,
+                   help="seconds between spot notices (each notice lasts 120 s)")
+    p.set_defaults(func=cmd_soak)
 
     p = sub.add_parser("ladder", help="check a service's timeout ladder (orderings A-J)")
     ladder = p.add_subparsers(dest="action", required=True)

@@ -127,17 +127,33 @@ class Cluster:
         self._wait(lambda: self._port_open(self.head, HEAD_PORT), "the head's GCS", 60)
         _progress(f"head up at {self.head.ip}", started)
         for i in range(1, cfg.workers + 1):
-            self.workers.append(self._start_node(f"worker-{i}", [
-                "ray", "start", f"--address={self.head.ip}:{HEAD_PORT}", "--block",
-                *self._resource_args(),
-                *([f"--resources={json.dumps(cfg.worker_resources)}"]
-                  if cfg.worker_resources else [])]))
+            self.workers.append(self._start_worker(i))
         self._wait(lambda: len(self.alive_ray_nodes()) == len(self.nodes),
                    f"{len(self.nodes)} Ray nodes alive", 120)
         _progress(f"{len(self.nodes)} Ray nodes alive", started)
         self.lb = self._start_lb()
         _progress(f"front load balancer on {self.url}", started)
         return self
+
+    def add_worker(self) -> Node:
+        """Start one more worker (a replacement for a preempted node, say) and
+        register it with the front LB, as an autoscaler and a cloud target group
+        would. The LB sends it traffic once its Serve proxy answers /-/healthz,
+        which is when Serve has placed a replica on it."""
+        started = time.monotonic()
+        node = self._start_worker(len(self.workers) + 1)
+        self.workers.append(node)
+        self._wait(lambda: node.ip in {n["NodeManagerAddress"] for n in self.alive_ray_nodes()},
+                   f"{node.name} to join the cluster", 120)
+        # A dynamic server does not inherit `default-server`: give it the same check.
+        for command in (f"add server nodes/{node.name} {node.ip}:{SERVE_PORT} check "
+                        f"{LB_CHECK}",
+                        f"enable health nodes/{node.name}", f"enable server nodes/{node.name}"):
+            answer = self._lb_command(command).strip()
+            if answer and "New server registered" not in answer:
+                raise HarnessError(f"the front LB refused `{command}`: {answer}")
+        _progress(f"{node.name} joined and registered with the front LB", started)
+        return node
 
     def down(self) -> tuple[int, int]:
         if not self._owns_name:
@@ -176,6 +192,14 @@ class Cluster:
                 f"--object-store-memory={self.config.object_store_bytes}",
                 *([f"--metrics-export-port={self.config.metrics_port}"]
                   if self.config.metrics_port else [])]
+
+    def _start_worker(self, number: int) -> Node:
+        cfg = self.config
+        return self._start_node(f"worker-{number}", [
+            "ray", "start", f"--address={self.head.ip}:{HEAD_PORT}", "--block",
+            *self._resource_args(),
+            *([f"--resources={json.dumps(cfg.worker_resources)}"]
+              if cfg.worker_resources else [])])
 
     def _start_node(self, role: str, command: list[str]) -> Node:
         cfg = self.config
@@ -326,14 +350,18 @@ class Cluster:
         code, out = engine.exec_in(node.container, ["pgrep", "-x", "haproxy"], check=False)
         return [int(pid) for pid in out.split()] if code == 0 else []
 
+    def _lb_command(self, command: str) -> str:
+        """One command on the front LB's admin socket; HAProxy's answer."""
+        probe = ("import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect('/tmp/lb.sock');"
+                 "s.sendall(sys.argv[1].encode()+b'\\n');b=b''\nwhile (c:=s.recv(65536)): b+=c\n"
+                 "print(b.decode())")
+        _, out = engine.exec_in(self.lb.container, ["python3", "-c", probe, command])
+        return out
+
     def lb_servers(self) -> dict[str, str]:
         """The front LB's view of each node: server name -> status (UP, DOWN, ...)."""
-        probe = ("import socket;s=socket.socket(socket.AF_UNIX);s.connect('/tmp/lb.sock');"
-                 "s.sendall(b'show stat\\n');b=b''\nwhile (c:=s.recv(65536)): b+=c\n"
-                 "print(b.decode())")
-        _, out = engine.exec_in(self.lb.container, ["python3", "-c", probe])
         servers = {}
-        for line in out.splitlines():
+        for line in self._lb_command("show stat").splitlines():
             fields = line.split(",")
             if len(fields) > 17 and fields[0] == "nodes" and fields[1] not in ("BACKEND",):
                 servers[fields[1]] = fields[17]
@@ -370,6 +398,10 @@ class Cluster:
         return "\n".join(dead) or "All containers are running; see `docker logs <name>`."
 
 
+# How the front LB health-checks a node: down after 2 s of failed checks.
+LB_CHECK = "inter 1s fall 2 rise 2"
+
+
 def lb_config(nodes: list[Node]) -> str:
     """The front LB's HAProxy config: health-check each node, retry nothing.
 
@@ -402,7 +434,7 @@ backend nodes
     balance roundrobin
     option httpchk GET /-/healthz
     http-check expect status 200
-    default-server inter 1s fall 2 rise 2
+    default-server {LB_CHECK}
 {servers}
 """
 

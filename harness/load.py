@@ -130,11 +130,12 @@ class Mix:
     long_s: tuple[float, float] = (8.0, 20.0)
     stream_chunks: int = 5
     short_path: str = "/"
+    long_path: str = "/"  # "/long/": harness/apps/workload.py's long-runner
 
     def draw(self, rng: random.Random) -> tuple[str, str]:
         kind = rng.choices(("short", "long", "stream"), (self.short, self.long, self.stream))[0]
         if kind == "long":
-            return kind, f"/?sleep={rng.uniform(*self.long_s):.2f}"
+            return kind, f"{self.long_path}?sleep={rng.uniform(*self.long_s):.2f}"
         if kind == "stream":
             return kind, f"/stream?chunks={self.stream_chunks}"
         return kind, self.short_path

@@ -22,15 +22,20 @@ MAX_SLEEP_S = 60.0
 CHUNK_INTERVAL_S = 0.2
 
 
+def replica_identity() -> dict:
+    """Who is answering: every app in harness/apps/ puts this in its responses."""
+    return {
+        "replica": serve.get_replica_context().replica_id.unique_id,
+        "node": socket.gethostname(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "pid": os.getpid(),
+    }
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 0})
 class Echo:
     def __init__(self) -> None:
-        self._identity = {
-            "replica": serve.get_replica_context().replica_id.unique_id,
-            "node": socket.gethostname(),
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "pid": os.getpid(),
-        }
+        self._identity = replica_identity()
         self._fail_health = False
 
     def check_health(self) -> None:

@@ -1,0 +1,128 @@
+"""`make soak`: spot preemptions under sustained load, for minutes on end, with
+the seed-002 ladder and with Ray's defaults, printed as seed 002's table.
+
+Each run is a fresh cluster (head + 2 workers) serving seed 002's workload
+(harness/apps/workload.py: short, streaming and 8-20 s long-runner requests,
+warm floors of 2 replicas per deployment) through the front LB at a steady
+open-loop rate. About every `interval_s` a worker gets a full spot notice
+(120 s, detection 10 s, drain deadline 60 s: the environment's, the same for
+both configurations); when the notice ends its container is killed and a
+replacement worker joins and registers with the LB, as an autoscaler would.
+
+    seed-002 ladder      the node env, gst, wait loop and request timeout of
+                         harness/ladder.py:Ladder (ordering E included)
+    Ray 2.60.0 defaults  nothing set: the env, http_options and deployment
+                         options Ray ships with
+
+Every run is judged on its own against seed 002's 0.01% failure threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from harness import appconfigs, checker, images
+from harness.cluster import Cluster, ClusterConfig
+from harness.history import History
+from harness.ladder import Ladder
+from harness.load import LoadSpec, Mix, open_loop
+from harness.nemesis import SpotNotice, spot_preemption
+from harness.pin import load_pin
+
+NOTICE = SpotNotice(120.0, 10.0, 60.0)
+FIRST_NOTICE_S = 20.0  # steady load before the first notice
+# No notice starts unless its node is killed this long before the load ends,
+# so every preemption is seen through to the end with traffic on.
+TAIL_S = 15.0
+LADDER_CONFIG = "seed-002 ladder"
+CONFIGS: dict[str, Ladder | None] = {LADDER_CONFIG: Ladder(), "Ray 2.60.0 defaults": None}
+
+
+def _apps(ladder: Ladder | None) -> dict:
+    if ladder is None:
+        return appconfigs.deploy_config(*appconfigs.workload_apps())
+    return appconfigs.deploy_config(*appconfigs.workload_apps(**ladder.deployment_options()),
+                                    http_options=ladder.http_options())
+
+
+async def _preempt_on_schedule(cluster: Cluster, history: History, duration_s: float,
+                               interval_s: float, started: float, label: str) -> int:
+    """Notices at FIRST_NOTICE_S, then every `interval_s`, each on the oldest
+    live worker; a replacement joins after each kill. Returns how many."""
+    count, due = 0, started + FIRST_NOTICE_S
+    while due + NOTICE.notice_s + TAIL_S <= started + duration_s:
+        await asyncio.sleep(max(0.0, due - time.time()))
+        target = next(w for w in cluster.workers if _running(w))
+        print(f"soak {label}: spot notice for {target.name} at "
+              f"+{time.time() - started:.0f}s", flush=True)
+        await spot_preemption(cluster, target, history, NOTICE)
+        await asyncio.to_thread(cluster.add_worker)
+        count += 1
+        due += interval_s
+    return count
+
+
+def _running(node) -> bool:
+    node.container.reload()
+    return node.container.status == "running"
+
+
+def one_run(tag: str, label: str, ladder: Ladder | None, duration_s: float,
+            interval_s: float, rate: float) -> checker.Verdict:
+    history = History({"label": label})
+    env = ladder.node_env() if ladder else {}
+    long_s = (ladder.long_runner_min_s, ladder.long_runner_s) if ladder else (8.0, 20.0)
+    # The client waits longer than any server-side bound, so what it records is
+    # the cluster's answer, not its own impatience.
+    timeout_s = (ladder.request_timeout_s if ladder else 60.0) + 30
+    with Cluster(ClusterConfig(image=tag, name="rayspot-soak", workers=2, env=env,
+                               worker_resources={"w": 10})) as cluster:
+        cluster.deploy(_apps(ladder), timeout_s=300)
+        cluster.wait_lb_ready(cluster.nodes)
+
+        async def main() -> int:
+            started = time.time()
+            spec = LoadSpec(rate=rate, duration_s=duration_s, connections=128,
+                            mix=Mix(short=0.85, long=0.10, stream=0.05, long_s=long_s,
+                                    long_path="/long/"),
+                            timeout_s=timeout_s)
+            load = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec,
+                                                 history))
+            preemptions = await _preempt_on_schedule(cluster, history, duration_s,
+                                                     interval_s, started, label)
+            await load
+            return preemptions
+
+        preemptions = asyncio.run(main())
+    verdict = checker.check(history)
+    print(f"soak {label}: {verdict.requests:,} requests, {verdict.failures:,} failed, "
+          f"{preemptions} preemptions -> {verdict.result}", flush=True)
+    return verdict
+
+
+def soak(runs: int, minutes: float, interval_s: float = 180.0,
+         rate: float = 20.0) -> dict[str, list[checker.Verdict]]:
+    """Every configuration `runs` times, each run `minutes` long, on the patched
+    image with every flag at its default."""
+    spec = images.ImageSpec(load_pin().ray.version, "patched")
+    tag = images.ensure_node_image(spec)
+    total = len(CONFIGS) * runs
+    started = time.monotonic()
+    results: dict[str, list[checker.Verdict]] = {}
+    for config, ladder in CONFIGS.items():
+        for number in range(1, runs + 1):
+            done = sum(len(v) for v in results.values())
+            print(f"soak: run {done + 1} of {total} ({config} #{number}, {minutes:g} min; "
+                  f"{(time.monotonic() - started) / 60:.1f} min so far)", flush=True)
+            results.setdefault(config, []).append(
+                one_run(tag, f"{config} #{number}", ladder, minutes * 60, interval_s, rate))
+    return results
+
+
+def print_soak(results: dict[str, list[checker.Verdict]]) -> None:
+    for config, verdicts in results.items():
+        print(f"\n### {config}\n")
+        print(checker.table(verdicts))
+    totals = {config: sum(v.failures for v in verdicts) for config, verdicts in results.items()}
+    print("\nfailures: " + ", ".join(f"{c} {n:,}" for c, n in totals.items()))
