@@ -146,9 +146,14 @@ class Cluster:
         self._wait(lambda: node.ip in {n["NodeManagerAddress"] for n in self.alive_ray_nodes()},
                    f"{node.name} to join the cluster", 120)
         # A dynamic server does not inherit `default-server`: give it the same check.
-        for command in (f"add server nodes/{node.name} {node.ip}:{SERVE_PORT} check "
-                        f"{LB_CHECK}",
-                        f"enable health nodes/{node.name}", f"enable server nodes/{node.name}"):
+        # HAProxy 2.8 counts a server it enables (or whose checks it enables) UP,
+        # "UP 1/2", and sends it traffic until `fall` checks fail, even if its
+        # health was set down first. So: out of maintenance into drain (no new
+        # traffic), checks on, health down, then ready: DOWN until `rise` checks pass.
+        server = f"nodes/{node.name}"
+        for command in (f"add server {server} {node.ip}:{SERVE_PORT} check {LB_CHECK}",
+                        f"set server {server} state drain", f"enable health {server}",
+                        f"set server {server} health down", f"set server {server} state ready"):
             answer = self._lb_command(command).strip()
             if answer and "New server registered" not in answer:
                 raise HarnessError(f"the front LB refused `{command}`: {answer}")

@@ -22,13 +22,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness import appconfigs, checker, images
+from harness import appconfigs, checker, images, report
 from harness.cluster import Cluster, ClusterConfig
 from harness.history import History
 from harness.ladder import Ladder
 from harness.load import LoadSpec, Mix, open_loop
 from harness.nemesis import SpotNotice, spot_preemption
+from harness.paths import BUILD_DIR
 from harness.pin import load_pin
+
+RESULTS_DIR = BUILD_DIR / "results" / "soak"
 
 NOTICE = SpotNotice(120.0, 10.0, 60.0)
 FIRST_NOTICE_S = 20.0  # steady load before the first notice
@@ -69,7 +72,7 @@ def _running(node) -> bool:
 
 
 def one_run(tag: str, label: str, ladder: Ladder | None, duration_s: float,
-            interval_s: float, rate: float) -> checker.Verdict:
+            interval_s: float, rate: float) -> tuple[History, checker.Verdict]:
     history = History({"label": label})
     env = ladder.node_env() if ladder else {}
     long_s = (ladder.long_runner_min_s, ladder.long_runner_s) if ladder else (8.0, 20.0)
@@ -98,25 +101,31 @@ def one_run(tag: str, label: str, ladder: Ladder | None, duration_s: float,
     verdict = checker.check(history)
     print(f"soak {label}: {verdict.requests:,} requests, {verdict.failures:,} failed, "
           f"{preemptions} preemptions -> {verdict.result}", flush=True)
-    return verdict
+    return history, verdict
 
 
 def soak(runs: int, minutes: float, interval_s: float = 180.0,
          rate: float = 20.0) -> dict[str, list[checker.Verdict]]:
     """Every configuration `runs` times, each run `minutes` long, on the patched
-    image with every flag at its default."""
+    image with every flag at its default. Writes build/results/soak/ (report,
+    timelines, histories) as it goes."""
     spec = images.ImageSpec(load_pin().ray.version, "patched")
     tag = images.ensure_node_image(spec)
     total = len(CONFIGS) * runs
     started = time.monotonic()
     results: dict[str, list[checker.Verdict]] = {}
+    recorded: dict[str, tuple[History, checker.Verdict]] = {}
     for config, ladder in CONFIGS.items():
         for number in range(1, runs + 1):
-            done = sum(len(v) for v in results.values())
-            print(f"soak: run {done + 1} of {total} ({config} #{number}, {minutes:g} min; "
+            label = f"{config} #{number}"
+            print(f"soak: run {len(recorded) + 1} of {total} ({label}, {minutes:g} min; "
                   f"{(time.monotonic() - started) / 60:.1f} min so far)", flush=True)
-            results.setdefault(config, []).append(
-                one_run(tag, f"{config} #{number}", ladder, minutes * 60, interval_s, rate))
+            history, verdict = one_run(tag, label, ladder, minutes * 60, interval_s, rate)
+            history.save(RESULTS_DIR / f"history-{label.replace(' ', '-')}.jsonl")
+            recorded[label] = (history, verdict)
+            results.setdefault(config, []).append(verdict)
+    report.write_report(RESULTS_DIR, f"Soak: {runs} x {minutes:g} min per configuration, a spot "
+                        f"notice every {interval_s:g} s", recorded)
     return results
 
 
@@ -126,3 +135,4 @@ def print_soak(results: dict[str, list[checker.Verdict]]) -> None:
         print(checker.table(verdicts))
     totals = {config: sum(v.failures for v in verdicts) for config, verdicts in results.items()}
     print("\nfailures: " + ", ".join(f"{c} {n:,}" for c, n in totals.items()))
+    print(f"report: {RESULTS_DIR / 'report.md'}")

@@ -139,3 +139,28 @@ def test_kill_takes_the_node_away(cluster):
     while cluster.ray_node(node_id)["Alive"]:
         assert time.monotonic() < deadline, "the GCS never declared the killed node dead"
         time.sleep(2)
+
+
+def test_a_replacement_worker_joins_without_a_failed_request(cluster):
+    """The soak replaces every preempted node. The new node has no Serve proxy
+    yet, so the front LB must not send it a request before its health check
+    passes: HAProxy 2.8 counts a server it has just enabled as UP ("UP 1/2"),
+    which cost 3 requests here before add_worker registered it drained and down."""
+    from harness.load import LoadSpec, open_loop
+
+    history = History()
+
+    async def join_under_load():
+        load = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port,
+                                             LoadSpec(rate=40, duration_s=20, connections=16),
+                                             history))
+        await asyncio.sleep(2)
+        node = await asyncio.to_thread(cluster.add_worker)
+        await load
+        return node
+
+    node = asyncio.run(join_under_load())
+    assert cluster.ray_node_id(node)
+    assert cluster.lb_servers()[node.container.name] == "DOWN"  # no Serve proxy there yet
+    failed = [(r.status, r.error) for r in history.requests if r.error]
+    assert len(history.requests) > 500 and not failed, failed
