@@ -32,8 +32,12 @@ from harness.patchset import signals_deferred
 _DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
 _REPLICA = "ray/serve/_private/replica.py"
 _UTILS = "ray/serve/_private/utils.py"
-# Where the patches install their tests; the wheel ships no tests of its own.
+# Where the patches install their tests (the wheel ships no tests of its own),
+# and the push-health patches' own files among them: every mutation is in their
+# code, and the other patches' tests (real HAProxy processes among them) only
+# add minutes to every one of the ten runs.
 _PATCH_TESTS = "ray/serve/tests/unit"
+_PUSH_HEALTH_TESTS = "test_push_health_*.py"
 _BACKUP_SUFFIX = ".mutation-orig"
 _PYTEST_FLAGS = ["-x", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings"]
 # pytest's exit codes for "ran, all passed" and "ran, some test failed"; anything
@@ -304,12 +308,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "pytest_args",
         nargs="*",
-        help=f"passed to pytest (default: <site-packages>/{_PATCH_TESTS})",
+        help=f"passed to pytest (default: <site-packages>/{_PATCH_TESTS}/"
+        f"{_PUSH_HEALTH_TESTS})",
     )
     args = parser.parse_args(argv)
     try:
         site = args.site_packages or _default_site_packages()
-        results = run_mutations(site, args.pytest_args or [str(site / _PATCH_TESTS)])
+        tests = sorted(str(p) for p in (site / _PATCH_TESTS).glob(_PUSH_HEALTH_TESTS))
+        if not args.pytest_args and not tests:
+            raise HarnessError(f"no {_PUSH_HEALTH_TESTS} under {site / _PATCH_TESTS}; run "
+                               f"`make apply-patches` first")
+        results = run_mutations(site, args.pytest_args or tests)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
