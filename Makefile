@@ -37,6 +37,19 @@ workspace: $(PY) ## build/ray-src: the pinned serve tree plus one commit per pat
 export-patches: $(PY) ## write build/ray-src's commits back to patches/ and patches/series
 	$(HARNESS) patches export
 
+.PHONY: pr-branches pr-body rebase-check
+pr-branches: $(PY) ## one stacked, tested branch per patch on a Ray checkout at the pin: make pr-branches RAY_SRC=path [FORCE=1]
+	@test -n "$(RAY_SRC)" || { echo "usage: make pr-branches RAY_SRC=/path/to/ray [FORCE=1] (a stand-in: python -m harness upstream standin)" >&2; exit 2; }
+	$(HARNESS) upstream branches $(RAY_SRC) $(if $(FORCE),--force)
+
+pr-body: $(PY) ## a patch's PR description with the latest harness results: make pr-body PATCH=0001
+	@test -n "$(PATCH)" || { echo "usage: make pr-body PATCH=0001 (a number from patches/series)" >&2; exit 2; }
+	@$(HARNESS) upstream body $(PATCH)
+
+rebase-check: $(PY) ## does each patch apply to, and pass on, another release: make rebase-check RAY_VERSION=2.59.0
+	@test -n "$(RAY_VERSION)" || { echo "usage: make rebase-check RAY_VERSION=x.y.z (a release patches/PIN names)" >&2; exit 2; }
+	$(HARNESS) upstream rebase-check $(RAY_VERSION)
+
 images: $(PY) ## build the node images: 2.60.0 stock and patched, 2.59.0 stock (only what changed)
 	$(HARNESS) images
 

@@ -208,6 +208,54 @@ def cmd_ladder(args) -> None:
         sys.exit(result.exit_code)
 
 
+def cmd_upstream(args) -> None:
+    """The series as upstream pull requests: branches, descriptions, and a
+    check against another Ray release."""
+    from harness import upstream, wheels
+    from harness.errors import HarnessError
+    from harness.pin import load_pin, read_series
+
+    pin = load_pin()
+    if args.action == "body":
+        from harness.scenarios.base import RESULTS_DIR
+
+        print(upstream.pr_body(args.patch, read_series(), RESULTS_DIR), end="")
+        return
+    pinned_house = wheels.ensure_wheelhouse(pin.ray)
+    pinned_wheel = wheels.verify_ray_wheel(pinned_house, pin.ray)
+    if args.action == "standin":
+        dest = upstream.build_standin(pinned_wheel,
+                                      Path(args.dest) if args.dest else upstream.STANDIN_DIR)
+        print(f"stand-in ready: {dest} (its {upstream.SERVE} is {pinned_wheel.name}'s); "
+              f"`make pr-branches RAY_SRC={dest}` accepts it as a checkout at the pin")
+    elif args.action == "branches":
+        env = upstream.ensure_test_env(pin.ray, pinned_house)
+        result = upstream.pr_branches(Path(args.ray_src), read_series(), pin.ray,
+                                      pinned_wheel, env, force=args.force)
+        print(result.format())
+        if result.failed:
+            print(f"error: tests failed on {', '.join(r.name for r in result.failed)} (see "
+                  f"above); the branches were created. Fix the patch in the workspace, "
+                  f"export it, and run again with --force.", file=sys.stderr)
+            sys.exit(1)
+    elif args.action == "rebase-check":
+        try:
+            release = pin.release(args.version)
+        except HarnessError as exc:
+            raise HarnessError(f"{exc} Every wheel is checked against the sha256 that "
+                               f"patches/PIN records, so only those releases can be "
+                               f"checked.") from exc
+        house = wheels.ensure_wheelhouse(release)
+        wheel = wheels.verify_ray_wheel(house, release)
+        env = upstream.ensure_test_env(release, house)
+        result = upstream.rebase_check(wheel, release.version, pinned_wheel, read_series(),
+                                       env)
+        print(result.format())
+        if not result.ok:
+            # A verdict, not a usage error: the rows above say which patch.
+            sys.exit(1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -261,6 +309,30 @@ def build_parser() -> argparse.ArgumentParser:
                     "3: none fails but some need values the file does not give.")
     c.add_argument("file", help="e.g. examples/ladder/seed-002.yaml")
     p.set_defaults(func=cmd_ladder)
+
+    p = sub.add_parser("upstream", help="the series as upstream PRs: branches, descriptions, "
+                                        "and a check against another Ray release")
+    upstream = p.add_subparsers(dest="action", required=True)
+    c = upstream.add_parser(
+        "branches", help="one stacked branch per patch on a Ray checkout at the pin, tested",
+        description="On a clean Ray checkout at the pinned commit (or a stand-in whose "
+                    "python/ray/serve is the pinned wheel's), create one branch per patch, "
+                    "each the previous one plus that patch (git am), and run each branch's "
+                    "tests. Creates all branches or none.")
+    c.add_argument("ray_src", help="the Ray checkout")
+    c.add_argument("--force", action="store_true", help="move branches that already exist")
+    c = upstream.add_parser("body", help="a patch's PR description with the latest results")
+    c.add_argument("patch", help="its number, e.g. 0001")
+    c = upstream.add_parser(
+        "rebase-check", help="does each patch apply to, and pass on, another Ray release",
+        description="Apply the series, patch by patch, to another release's ray/serve (from "
+                    "its wheel) and run each patch's tests against that release. Exit 1 if "
+                    "a patch does not apply or a test fails.")
+    c.add_argument("version", help="a release patches/PIN knows, e.g. 2.59.0")
+    c = upstream.add_parser("standin", help="a git repo standing in for a Ray checkout at "
+                                            "the pin, built from the pinned wheel")
+    c.add_argument("dest", nargs="?", help="where (default: build/ray-standin)")
+    p.set_defaults(func=cmd_upstream)
 
     for verb, func, text in (("up", cmd_up, "start a cluster and deploy the echo app"),
                              ("down", cmd_down, "remove a cluster (all it created)"),

@@ -64,7 +64,7 @@ _MAX_LISTED = 20
 # --------------------------------------------------------------------------- git
 
 
-def _git_env(isolated: bool, identity: bool = False) -> dict[str, str]:
+def git_env(isolated: bool, identity: bool = False) -> dict[str, str]:
     # Drop every GIT_* variable that points git at another repository (a hook or
     # an editor may have set them); keep the user's identity unless isolated.
     env = {
@@ -107,7 +107,7 @@ _PINNED_CONFIG = (
 )
 
 
-def _git(
+def run_git(
     args: Sequence[str | os.PathLike[str]],
     cwd: Path,
     *,
@@ -119,7 +119,7 @@ def _git(
     for setting in _PINNED_CONFIG if isolated else ():
         cmd += ["-c", setting]
     cmd += [str(arg) for arg in args]
-    env = _git_env(isolated, identity)
+    env = git_env(isolated, identity)
     if ceiling is not None:
         # Stop git from discovering an enclosing repository (site-packages may
         # sit inside this project's checkout) and applying relative to it.
@@ -136,19 +136,21 @@ def _git(
         ) from exc
 
 
-def _git_out(args: Sequence[str | os.PathLike[str]], cwd: Path, **kwargs: bool) -> str:
-    result = _git(args, cwd, **kwargs)
+def git_output(args: Sequence[str | os.PathLike[str]], cwd: Path, **kwargs: bool) -> str:
+    result = run_git(args, cwd, **kwargs)
     if result.returncode != 0:
-        raise HarnessError(f"`git {' '.join(map(str, args))}` failed in {cwd}:\n{_tail(result)}")
+        raise HarnessError(
+            f"`git {' '.join(map(str, args))}` failed in {cwd}:\n{output_tail(result)}"
+        )
     return result.stdout
 
 
-def _tail(result: subprocess.CompletedProcess[str], limit: int = 2000) -> str:
+def output_tail(result: subprocess.CompletedProcess[str], limit: int = 2000) -> str:
     text = (result.stdout + result.stderr).strip()
     return text[-limit:]
 
 
-def _listing(items: Sequence[str]) -> str:
+def listing(items: Sequence[str]) -> str:
     shown = ", ".join(items[:_MAX_LISTED])
     more = len(items) - _MAX_LISTED
     return shown + (f" and {more} more" if more > 0 else "")
@@ -319,7 +321,7 @@ def _check_same_ray(site: Path, state: dict) -> None:
         return
     now = "no Ray" if found is None else f"Ray {found[0]} (commit {found[1]})"
     created = sorted(rel for rel, e in state["files"].items() if not e["existed"])
-    leftovers = f" Files the patches created may remain: {_listing(created)}." if created else ""
+    leftovers = f" Files the patches created may remain: {listing(created)}." if created else ""
     raise HarnessError(
         f"{_state_dir(site)} records patches applied to Ray {recorded[0]} (commit "
         f"{recorded[1]}), but {site} now holds {now}: Ray was reinstalled, which replaced "
@@ -568,17 +570,17 @@ def _original_source(site: Path, old: dict | None, rel: str) -> Path | None:
 
 
 def _apply_in_stage(stage: Path, patch: Path, paths: Sequence[str]) -> None:
-    result = _git(
+    result = run_git(
         ["apply", f"-p{_STRIP}", "--whitespace=nowarn", patch.resolve()],
         stage,
         ceiling=stage.parent,
     )
     if result.returncode == 0:
         return
-    output = _tail(result)
+    output = output_tail(result)
     reported = [rel for rel in paths if rel in output] or list(paths)
     raise HarnessError(
-        f"patch {patch.name} does not apply to {_listing(reported)}:\n{output}\n"
+        f"patch {patch.name} does not apply to {listing(reported)}:\n{output}\n"
         f"Nothing was changed: the series is tried on a copy first, and site-packages "
         f"still holds what it held before. Rebase {patch.name} in the workspace "
         f"(`make workspace`, fix, `make export-patches`) and run again."
@@ -600,7 +602,7 @@ def apply_to_site_packages(
         if edited:
             raise HarnessError(
                 f"these patched files in {site} were edited since the patches were applied: "
-                f"{_listing(edited)}. Nothing was changed. Move the edits into a patch "
+                f"{listing(edited)}. Nothing was changed. Move the edits into a patch "
                 f"(workspace), or discard them with `python -m harness patches revert --force`, "
                 f"then apply again."
             )
@@ -701,7 +703,7 @@ def revert_site_packages(site_packages: Path, *, force: bool = False) -> list[st
     if edited and not force:
         raise HarnessError(
             f"these patched files in {site} were edited since the patches were applied: "
-            f"{_listing(edited)}. Nothing was changed. Save the edits elsewhere if you need "
+            f"{listing(edited)}. Nothing was changed. Save the edits elsewhere if you need "
             f"them, then discard them with `python -m harness patches revert --force`."
         )
     targets = {rel: _original_source(site, state, rel) for rel in state["files"]}
@@ -773,7 +775,7 @@ class PatchStatus:
         if self.reordered:
             lines.append("the series order changed since it was applied.")
         if self.hand_edited:
-            lines.append(f"patched files edited by hand since: {_listing(list(self.hand_edited))}")
+            lines.append(f"patched files edited by hand since: {listing(list(self.hand_edited))}")
         if self.up_to_date:
             lines.append("site-packages matches the series.")
         elif self.series_differs or (not self.recorded and self.series):
@@ -815,21 +817,21 @@ def status_site_packages(site_packages: Path, patches: list[Path]) -> PatchStatu
 # ------------------------------------------------------- a real Ray checkout
 
 
-def _operation_in_progress(repo: Path, isolated: bool) -> str | None:
+def operation_in_progress(repo: Path, isolated: bool) -> str | None:
     for name, what in (
         ("rebase-apply", "a `git am` or rebase"),
         ("rebase-merge", "a rebase"),
         ("MERGE_HEAD", "a merge"),
         ("CHERRY_PICK_HEAD", "a cherry-pick"),
     ):
-        path = _git_out(["rev-parse", "--git-path", name], repo, isolated=isolated).strip()
+        path = git_output(["rev-parse", "--git-path", name], repo, isolated=isolated).strip()
         if (repo / path).exists():
             return what
     return None
 
 
-def _porcelain(repo: Path, isolated: bool) -> list[str]:
-    out = _git_out(["status", "--porcelain"], repo, isolated=isolated)
+def porcelain_status(repo: Path, isolated: bool) -> list[str]:
+    out = git_output(["status", "--porcelain"], repo, isolated=isolated)
     return [line[3:] for line in out.splitlines() if line.strip()]
 
 
@@ -853,52 +855,52 @@ def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease) -
         )
     if not ray_src.is_dir():
         raise HarnessError(f"{ray_src} does not exist; set RAY_SRC to a Ray git checkout.")
-    top_result = _git(["rev-parse", "--show-toplevel"], ray_src, isolated=False)
+    top_result = run_git(["rev-parse", "--show-toplevel"], ray_src, isolated=False)
     if top_result.returncode != 0:
         raise HarnessError(
             f"{ray_src} is not a git checkout of Ray. Nothing was changed. Point RAY_SRC at "
             f"a clone of https://github.com/ray-project/ray."
         )
     repo = Path(top_result.stdout.strip())
-    busy = _operation_in_progress(repo, isolated=False)
+    busy = operation_in_progress(repo, isolated=False)
     if busy:
         raise HarnessError(
             f"{repo} is in the middle of {busy}. Nothing was changed. Finish or abort it "
             f"first (e.g. `git am --abort`), then run again."
         )
-    head = _git_out(["rev-parse", "HEAD"], repo, isolated=False).strip()
+    head = git_output(["rev-parse", "HEAD"], repo, isolated=False).strip()
     if head != release.commit:
         raise HarnessError(
             f"{repo} is at commit {head}, but the series is pinned to Ray {release.version} "
             f"at commit {release.commit}. Nothing was changed. Run "
             f"`git -C {repo} switch -c <branch> {release.commit}` and run again."
         )
-    dirty = _porcelain(repo, isolated=False)
+    dirty = porcelain_status(repo, isolated=False)
     if dirty:
         raise HarnessError(
-            f"{repo} has uncommitted or untracked files: {_listing(dirty)}. Nothing was "
+            f"{repo} has uncommitted or untracked files: {listing(dirty)}. Nothing was "
             f"changed. Commit, stash or remove them, then run again."
         )
     if not patches:
         return
     am = ["am", "--3way", "--keep-cr", "--keep-non-patch", *(p.resolve() for p in patches)]
     try:
-        result = _git(am, repo, isolated=False)
+        result = run_git(am, repo, isolated=False)
     except KeyboardInterrupt:
-        _git(["am", "--abort"], repo, isolated=False)
+        run_git(["am", "--abort"], repo, isolated=False)
         raise
     if result.returncode == 0:
         return
-    output = _tail(result)
-    _git(["am", "--abort"], repo, isolated=False)
-    now = _git_out(["rev-parse", "HEAD"], repo, isolated=False).strip()
-    left = _porcelain(repo, isolated=False)
+    output = output_tail(result)
+    run_git(["am", "--abort"], repo, isolated=False)
+    now = git_output(["rev-parse", "HEAD"], repo, isolated=False).strip()
+    left = porcelain_status(repo, isolated=False)
     if now == head and not left:
         untouched = f"`git am --abort` put {repo} back at {head}, clean."
     else:
         untouched = (
             f"WARNING: after `git am --abort`, {repo} is at {now} with changes in "
-            f"{_listing(left) or 'no files'}; check it by hand (original HEAD: {head})."
+            f"{listing(left) or 'no files'}; check it by hand (original HEAD: {head})."
         )
     raise HarnessError(
         f"{_failed_patch(output, patches)} does not apply to {repo}:\n{output}\n{untouched} "
@@ -975,7 +977,7 @@ _FORMAT_PATCH = (
 
 
 def _format_patches(workspace: Path, out_dir: Path) -> list[Path]:
-    out = _git_out([*_FORMAT_PATCH, "-o", out_dir, f"{BASE_TAG}..HEAD"], workspace)
+    out = git_output([*_FORMAT_PATCH, "-o", out_dir, f"{BASE_TAG}..HEAD"], workspace)
     return [Path(line) for line in out.splitlines() if line.strip()]
 
 
@@ -985,22 +987,22 @@ def _check_workspace(workspace: Path, action: str) -> None:
             f"{workspace} exists but is not a patch workspace (no git repository). Nothing "
             f"was changed. Move it away, then {action} again."
         )
-    busy = _operation_in_progress(workspace, isolated=True)
+    busy = operation_in_progress(workspace, isolated=True)
     if busy:
         raise HarnessError(
             f"{workspace} is in the middle of {busy}. Nothing was changed. Finish it "
             f"(`git am --continue`, `git rebase --continue`) or abort it, then {action} again."
         )
-    if _git(["rev-parse", "--verify", "--quiet", f"refs/tags/{BASE_TAG}"], workspace).returncode:
+    if run_git(["rev-parse", "--verify", "--quiet", f"refs/tags/{BASE_TAG}"], workspace).returncode:
         raise HarnessError(
             f"{workspace} has no `{BASE_TAG}` tag, so its patches cannot be told from Ray's "
             f"tree. Nothing was changed. Recreate the tag on the wheel's commit, or move the "
             f"folder away and run `make workspace`."
         )
-    dirty = _porcelain(workspace, isolated=True)
+    dirty = porcelain_status(workspace, isolated=True)
     if dirty:
         raise HarnessError(
-            f"{workspace} has uncommitted changes: {_listing(dirty)}. Nothing was changed. "
+            f"{workspace} has uncommitted changes: {listing(dirty)}. Nothing was changed. "
             f"Commit them (then `make export-patches`) or discard them, and {action} again."
         )
 
@@ -1012,7 +1014,7 @@ def _check_workspace_disposable(workspace: Path, patches: Sequence[Path]) -> Non
     if not any(workspace.iterdir()):
         return
     _check_workspace(workspace, "run `make workspace`")
-    stray = _git_out(["rev-list", "--all", "--not", "HEAD"], workspace).split()
+    stray = git_output(["rev-list", "--all", "--not", "HEAD"], workspace).split()
     if stray:
         raise HarnessError(
             f"{workspace} has {len(stray)} commits on other branches, tags or stashes that "
@@ -1025,7 +1027,7 @@ def _check_workspace_disposable(workspace: Path, patches: Sequence[Path]) -> Non
         unsaved = [_patch_subject(p) for p in exported if p.read_bytes() not in saved]
         if unsaved:
             raise HarnessError(
-                f"{workspace} holds commits that patches/ does not: {_listing(unsaved)}. "
+                f"{workspace} holds commits that patches/ does not: {listing(unsaved)}. "
                 f"Nothing was changed. Run `make export-patches` to keep them, or delete "
                 f"{workspace} to discard them, then run `make workspace` again."
             )
@@ -1048,15 +1050,15 @@ def build_workspace(wheel: Path, patches: list[Path], workspace: Path = WORKSPAC
     # to import leaves the existing workspace as it was.
     fresh = Path(tempfile.mkdtemp(prefix=f".{workspace.name}.new-", dir=workspace.parent))
     try:
-        _git_out(["init", "--quiet", "--initial-branch=main", fresh], fresh)
+        git_output(["init", "--quiet", "--initial-branch=main", fresh], fresh)
         count = extract_from_wheel(wheel, fresh / _SOURCE_ROOT)
-        _git_out(["add", "--all"], fresh)
+        git_output(["add", "--all"], fresh)
         message = (
             f"Import {_SOURCE_ROOT}/{_SERVE_PREFIX.rstrip('/')} from {wheel.name}\n\n"
             f"{count} files, as the wheel ships them.\n"
         )
-        _git_out(["commit", "--quiet", "--no-verify", "-m", message], fresh, identity=True)
-        _git_out(["tag", BASE_TAG], fresh)
+        git_output(["commit", "--quiet", "--no-verify", "-m", message], fresh, identity=True)
+        git_output(["tag", BASE_TAG], fresh)
         if patches:
             am = [
                 "am",
@@ -1065,11 +1067,11 @@ def build_workspace(wheel: Path, patches: list[Path], workspace: Path = WORKSPAC
                 "--committer-date-is-author-date",
                 *(p.resolve() for p in patches),
             ]
-            result = _git(am, fresh, identity=True)
+            result = run_git(am, fresh, identity=True)
             if result.returncode != 0:
                 raise HarnessError(
-                    f"{_failed_patch(_tail(result), patches)} does not apply to the wheel's "
-                    f"tree:\n{_tail(result)}\nThe existing workspace (if any) was not "
+                    f"{_failed_patch(output_tail(result), patches)} does not apply to the wheel's "
+                    f"tree:\n{output_tail(result)}\nThe existing workspace (if any) was not "
                     f"changed. Fix the patch file, or rebuild without it and redo the change."
                 )
     except BaseException:
@@ -1108,16 +1110,16 @@ def export_workspace(
     if not workspace.is_dir():
         raise HarnessError(f"{workspace} does not exist; run `make workspace` first.")
     _check_workspace(workspace, "export")
-    base_ok = _git(["merge-base", "--is-ancestor", BASE_TAG, "HEAD"], workspace)
+    base_ok = run_git(["merge-base", "--is-ancestor", BASE_TAG, "HEAD"], workspace)
     if base_ok.returncode != 0:
         raise HarnessError(
             f"HEAD in {workspace} does not descend from `{BASE_TAG}`. Nothing was exported. "
             f"Rebase your branch onto `{BASE_TAG}` and run again."
         )
-    merges = _git_out(["rev-list", "--merges", f"{BASE_TAG}..HEAD"], workspace).split()
+    merges = git_output(["rev-list", "--merges", f"{BASE_TAG}..HEAD"], workspace).split()
     if merges:
         raise HarnessError(
-            f"{workspace} has merge commits after `{BASE_TAG}` ({_listing(merges)}), which "
+            f"{workspace} has merge commits after `{BASE_TAG}` ({listing(merges)}), which "
             f"a patch series cannot express. Nothing was exported. Rebase to a linear history."
         )
     patches_dir.mkdir(parents=True, exist_ok=True)

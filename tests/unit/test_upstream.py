@@ -1,0 +1,413 @@
+"""Unit tests for harness.upstream: stacked PR branches, rebase-check and the PR
+body, on a tiny fake wheel, fake patch series and fake Ray install under
+tmp_path. The patches' tests really run, with this interpreter's pytest. No
+network, no Docker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from harness import upstream
+from harness.checker import check
+from harness.errors import HarnessError
+from harness.history import History, Request
+from harness.patchset import export_workspace
+from harness.pin import RayRelease, read_series
+from harness.report import write_report
+from harness.upstream import (
+    TestEnv,
+    at_the_pin,
+    branch_name,
+    branch_names,
+    build_standin,
+    pr_body,
+    pr_branches,
+    rebase_check,
+    run_tests,
+)
+
+PIN_COMMIT = "b7f4259e944bf6959f721b106adc366ddfa0c356"
+RELEASE = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=PIN_COMMIT)
+REPLICA = "ray/serve/_private/replica.py"
+ROUTER = "ray/serve/_private/router.py"
+TEST_ONE = "ray/serve/tests/unit/test_drain.py"
+TEST_TWO = "ray/serve/tests/unit/test_router.py"
+
+
+def lines(**changes: str) -> str:
+    """replica.py: `LINE_i = i` for i in 1..30, with some lines replaced."""
+    return "".join(changes.get(f"l{i}", f"LINE_{i} = {i}") + "\n" for i in range(1, 31))
+
+
+SERVE_FILES = {
+    "ray/serve/__init__.py": "",
+    "ray/serve/_private/__init__.py": "",
+    "ray/serve/api.py": "def run(app):\n    return app\n",
+    REPLICA: lines(),
+    ROUTER: "ROUTE = 'first'\n",
+}
+
+# The series: each step is (message, changes) made on top of the one before.
+# The tests import the serve tree, so they pass only on the patched overlay.
+STEP_1 = ("[Serve] Drain replicas in two phases\n\nStop routing first.\n", {
+    REPLICA: lines(l5="LINE_5 = 'drained'"),
+    TEST_ONE: "import ray.util\nfrom ray.serve._private import replica\n\n\n"
+              "def test_line_5_is_patched():\n    assert replica.LINE_5 == 'drained'\n"
+              "    assert ray.util.HELPER == 1  # the installed Ray, under the overlay\n",
+})
+STEP_2 = ("[Serve] Router skips draining replicas\n", {
+    REPLICA: lines(l5="LINE_5 = 'drained'", l20="LINE_20 = 'a'", l24="LINE_24 = 'b'"),
+    ROUTER: "ROUTE = 'skip-draining'\n",
+    TEST_TWO: "from ray.serve._private import router\n\n\n"
+              "def test_router():\n    assert router.ROUTE == 'skip-draining'\n",
+})
+STEP_3 = ("[Serve] Retune line 12\n", {
+    REPLICA: lines(l5="LINE_5 = 'drained'", l20="LINE_20 = 'a'", l24="LINE_24 = 'b'",
+                   l12="LINE_12 = 'tuned'"),
+})
+STEP_4 = ("[Serve] Rename the API\n", {"ray/serve/api.py": "def run_app(app):\n    return app\n"})
+
+
+@pytest.fixture(autouse=True)
+def _git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pr_branches commits with the user's git config; make it the same for everyone.
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for role in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{role}_NAME", "Zoë Developer")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "zoe@example.com")
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def fake_wheel(path: Path, changes: dict[str, str] | None = None) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for rel, text in {**SERVE_FILES, **(changes or {})}.items():
+            archive.writestr(rel, text)
+        archive.writestr("ray/_version.py", 'version = "2.60.0"\n')
+    return path
+
+
+def make_series(root: Path, steps: list[tuple[str, dict[str, str]]]) -> list[Path]:
+    """The steps as `git format-patch` files, made the way the workspace makes them."""
+    repo = root / "src"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    write_files(repo / "python", SERVE_FILES)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "tag", "base")
+    for message, changes in steps:
+        write_files(repo / "python", changes)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", message)
+    return export_workspace(repo, root / "patches")
+
+
+@pytest.fixture
+def wheel(tmp_path: Path) -> Path:
+    return fake_wheel(tmp_path / "ray-2.60.0.whl")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> TestEnv:
+    """A fake Ray install whose serve tree must never be the one tested."""
+    site = tmp_path / "site"
+    write_files(site, {
+        "ray/__init__.py": "",
+        "ray/_version.py": f'version = "2.60.0"\ncommit = "{PIN_COMMIT}"\n',
+        "ray/util.py": "HELPER = 1\n",
+        "ray/serve/__init__.py": "raise ImportError('the installed serve tree was imported')\n",
+    })
+    return TestEnv(Path(sys.executable), site)
+
+
+def branches(repo: Path) -> list[str]:
+    return git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads").split()
+
+
+def assert_untouched(repo: Path, head: str) -> None:
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert git(repo, "status", "--porcelain") == ""
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+
+
+# ------------------------------------------------------------ branch names
+
+
+def test_branch_names_come_from_the_real_subjects() -> None:
+    subjects = [upstream.patch_message(p)[0] for p in read_series()]
+    names = [branch_name(s) for s in subjects]
+    assert names[:4] == [
+        "serve/push-based-replica-health-controller-side-receive-path",
+        "serve/push-based-replica-health-replica-self-checks-heartbeats",
+        "serve/size-ingress-force-kill-budget-request-timeout",
+        "serve/check-haproxy-timeout-ladder-start-up-deploy",
+    ]
+    assert len(set(names)) == len(names)
+    for name in names:
+        subprocess.run(["git", "check-ref-format", "--branch", name], check=True,
+                       capture_output=True)
+
+
+def test_branch_name_rules() -> None:
+    assert branch_name("Fix the thing") == "patch/fix-thing"
+    assert branch_name("[Core] [Serve] x") == "core/serve-x"
+    long = branch_name("[Serve] " + " ".join(["word"] * 30))
+    assert len(long.split("/", 1)[1]) <= 60 and not long.endswith("-")
+
+
+def test_two_patches_with_one_subject_get_their_numbers(tmp_path: Path) -> None:
+    (first,) = make_series(tmp_path / "a", [STEP_4])
+    twin = tmp_path / "0002-Serve-Rename-the-API.patch"
+    twin.write_bytes(first.read_bytes())
+    assert branch_names([first, twin]) == ["serve/rename-api-0001", "serve/rename-api-0002"]
+
+
+# ------------------------------------------------------------ pr-branches
+
+
+def test_stand_in_is_recognised_as_the_pin(tmp_path: Path, wheel: Path) -> None:
+    standin = build_standin(wheel, tmp_path / "ray")
+    head, why = at_the_pin(standin, RELEASE, wheel)
+    assert head == git(standin, "rev-parse", "HEAD") and "stand-in" in why
+
+
+def test_branches_are_stacked_and_each_is_tested(
+    tmp_path: Path, wheel: Path, env: TestEnv
+) -> None:
+    series = make_series(tmp_path, [STEP_1, STEP_2])
+    repo = build_standin(wheel, tmp_path / "ray")
+    head = git(repo, "rev-parse", "HEAD")
+    result = pr_branches(repo, series, RELEASE, wheel, env)
+
+    first, second = "serve/drain-replicas-two-phases", "serve/router-skips-draining-replicas"
+    assert [r.name for r in result.rows] == [first, second]
+    assert git(repo, "rev-parse", f"{first}^") == head
+    assert git(repo, "rev-parse", f"{second}^") == git(repo, "rev-parse", first)
+    assert git(repo, "log", "-1", "--format=%s%n%b", first).startswith(
+        "[Serve] Drain replicas in two phases\nStop routing first.")
+    assert git(repo, "log", "-1", "--format=%an", second) == "Zoë Developer"
+    assert_untouched(repo, head)
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    # Each branch ran its own tests and those of the branches below it.
+    one, two = result.rows
+    assert (one.applies, str(one.tests)) == ("clean", "own 1 passed")
+    assert (two.applies, str(two.tests)) == ("clean", "own 1 passed; earlier 1 passed")
+    assert not result.failed
+
+
+def test_a_failing_test_is_reported_and_the_branches_stay(
+    tmp_path: Path, wheel: Path, env: TestEnv
+) -> None:
+    broken = (STEP_2[0], {**STEP_2[1], TEST_TWO: "def test_router():\n    assert False\n"})
+    series = make_series(tmp_path, [STEP_1, broken])
+    repo = build_standin(wheel, tmp_path / "ray")
+    result = pr_branches(repo, series, RELEASE, wheel, env)
+    assert [r.name for r in result.failed] == ["serve/router-skips-draining-replicas"]
+    assert str(result.rows[1].tests) == "own 1 failed; earlier 1 passed"
+    assert "test_router" in result.format()
+    assert len(branches(repo)) == 3
+
+
+def test_pinned_commit_counts_even_when_the_tree_is_not_the_wheels(
+    tmp_path: Path, wheel: Path
+) -> None:
+    series = make_series(tmp_path, [STEP_1])
+    repo = build_standin(wheel, tmp_path / "ray")
+    (repo / "python/ray/serve/extra.py").write_text("# only in the checkout\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a real checkout has more than the wheel")
+    release = RayRelease("2.60.0", "ray.whl", "0" * 64, commit=git(repo, "rev-parse", "HEAD"))
+    result = pr_branches(repo, series, release, wheel, None)
+    assert "commit" in result.why and result.rows[0].tests is None
+
+
+def test_refuses_a_checkout_off_the_pin(tmp_path: Path, wheel: Path) -> None:
+    series = make_series(tmp_path, [STEP_1])
+    repo = build_standin(wheel, tmp_path / "ray")
+    (repo / "python" / ROUTER).write_text("ROUTE = 'moved on'\n")
+    git(repo, "commit", "-q", "-am", "upstream moved on")
+    head = git(repo, "rev-parse", "HEAD")
+    with pytest.raises(HarnessError) as err:
+        pr_branches(repo, series, RELEASE, wheel, None)
+    assert head[:12] in str(err.value) and PIN_COMMIT in str(err.value)
+    assert branches(repo) == ["main"]
+    assert_untouched(repo, head)
+
+
+def test_refuses_a_dirty_tree(tmp_path: Path, wheel: Path) -> None:
+    series = make_series(tmp_path, [STEP_1])
+    repo = build_standin(wheel, tmp_path / "ray")
+    (repo / "notes.txt").write_text("work in progress\n")
+    with pytest.raises(HarnessError, match="notes.txt"):
+        pr_branches(repo, series, RELEASE, wheel, None)
+    assert branches(repo) == ["main"]
+
+
+def test_existing_branch_is_refused_unless_forced(tmp_path: Path, wheel: Path) -> None:
+    series = make_series(tmp_path, [STEP_1, STEP_2])
+    repo = build_standin(wheel, tmp_path / "ray")
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "branch", "serve/router-skips-draining-replicas")
+    with pytest.raises(HarnessError, match="router-skips-draining-replicas.*--force"):
+        pr_branches(repo, series, RELEASE, wheel, None)
+    # The first name was free, but it is not created either: all or none.
+    assert branches(repo) == ["main", "serve/router-skips-draining-replicas"]
+    assert_untouched(repo, head)
+
+    result = pr_branches(repo, series, RELEASE, wheel, None, force=True)
+    assert git(repo, "rev-parse", "serve/router-skips-draining-replicas") == result.rows[1].commit
+    assert len(branches(repo)) == 3
+
+
+def test_force_does_not_move_a_checked_out_branch(tmp_path: Path, wheel: Path) -> None:
+    series = make_series(tmp_path, [STEP_1])
+    repo = build_standin(wheel, tmp_path / "ray")
+    git(repo, "switch", "-q", "-c", "serve/drain-replicas-two-phases")
+    with pytest.raises(HarnessError, match="checked out"):
+        pr_branches(repo, series, RELEASE, wheel, None, force=True)
+    assert git(repo, "rev-parse", "HEAD") == git(repo, "rev-parse", "main")
+
+
+def test_a_patch_that_does_not_apply_leaves_no_branch(tmp_path: Path, wheel: Path) -> None:
+    good = make_series(tmp_path / "good", [STEP_1, STEP_2])
+    # Written against the base, it changes the line the first patch changed.
+    (bad,) = make_series(tmp_path / "bad", [("[Serve] Conflict\n",
+                                              {REPLICA: lines(l5="LINE_5 = 'other'")})])
+    third = tmp_path / "0003-Serve-Conflict.patch"
+    third.write_bytes(bad.read_bytes())
+    repo = build_standin(wheel, tmp_path / "ray")
+    head = git(repo, "rev-parse", "HEAD")
+    with pytest.raises(HarnessError) as err:
+        pr_branches(repo, [*good, third], RELEASE, wheel, None)
+    assert third.name in str(err.value) and "No branch was created" in str(err.value)
+    assert branches(repo) == ["main"]
+    assert_untouched(repo, head)
+
+
+# ------------------------------------------------------------ running tests
+
+
+def test_run_tests_counts_each_file(tmp_path: Path, env: TestEnv) -> None:
+    serve = tmp_path / "tree" / "ray" / "serve"
+    write_files(serve.parent.parent, {**SERVE_FILES,
+        "ray/serve/tests/unit/test_a.py": "def test_ok():\n    pass\n\n\n"
+                                          "def test_bad():\n    assert 1 == 2\n",
+        "ray/serve/tests/unit/test_b.py": "import no_such_module\n"})
+    (tmp_path / "scratch").mkdir()
+    run = run_tests(env, serve, ["ray/serve/tests/unit/test_a.py",
+                                 "ray/serve/tests/unit/test_b.py"], tmp_path / "scratch")
+    assert not run.ok
+    assert str(run.counts(["ray/serve/tests/unit/test_a.py"])) == "1 passed, 1 failed"
+    assert str(run.counts(["ray/serve/tests/unit/test_b.py"])) == "1 error"
+    assert "no_such_module" in run.output
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+# ------------------------------------------------------------ rebase-check
+
+
+def test_rebase_check_names_how_each_patch_applies(tmp_path: Path, wheel: Path) -> None:
+    series = make_series(tmp_path, [STEP_1, STEP_2, STEP_3, STEP_4])
+    # The other release moved three lines of replica.py: line 2 is outer
+    # context of patch 1's hunk, line 22 sits between patch 2's two changes,
+    # and line 12 is the very line patch 3 changes.
+    other = fake_wheel(tmp_path / "ray-2.59.0.whl", {REPLICA: lines(
+        l2="LINE_2 = 'two'", l22="LINE_22 = 'moved'", l12="LINE_12 = 'theirs'")})
+    result = rebase_check(other, "2.59.0", wheel, series, None)
+    rows = {r.patch[:4]: r for r in result.rows}
+    assert rows["0001"].applies == "with fuzz"
+    assert "_private/replica.py hunk #1 (line 2)" in rows["0001"].where
+    assert rows["0002"].applies == "3-way"
+    assert rows["0003"].applies == "fails"
+    assert "_private/replica.py hunk #1" in rows["0003"].where
+    assert "conflicts in _private/replica.py" in rows["0003"].where
+    assert (rows["0004"].applies, rows["0004"].tests_text) == (
+        "not tried", "not run: stacked on 0003, which does not apply")
+    assert not result.ok
+
+
+def test_rebase_check_on_the_pinned_tree_is_clean_and_tested(
+    tmp_path: Path, wheel: Path, env: TestEnv
+) -> None:
+    series = make_series(tmp_path, [STEP_1, STEP_2, STEP_4])
+    result = rebase_check(wheel, "2.60.0", wheel, series, env)
+    assert [r.applies for r in result.rows] == ["clean"] * 3
+    assert [r.tests_text for r in result.rows] == [
+        "own 1 passed", "own 1 passed; earlier 1 passed", "own none ran; earlier 2 passed"]
+    assert result.ok
+    assert "0001" in result.format()
+
+
+# ------------------------------------------------------------ pr-body
+
+
+def write_result(results: Path, name: str, labels: list[str], failures: list[int]) -> float:
+    runs = {}
+    t0 = time.time() - 3600
+    for label, failed in zip(labels, failures, strict=True):
+        history = History({"label": label, "image": f"rayspot-node:{label}-0000", "scenario": name})
+        for i in range(10):
+            error = "reset" if i < failed else None
+            history.add_request(Request("short", t0 + i, t0 + i + 0.01, None if error else 200,
+                                        error))
+        runs[label] = (history, check(history))
+    write_report(results / name, f"Title of {name}", runs,
+                 {"Outcome": f"- {name}: as claimed"})
+    return t0
+
+
+def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path) -> None:
+    series = make_series(tmp_path, [STEP_1, STEP_2])
+    results = tmp_path / "results"
+    t0 = write_result(results, "health_failure", ["2.60.0-stock", "2.60.0-patched"], [3, 0])
+    body = pr_body("1", series, results, known_scenarios={"health_failure", "controller_lag",
+                                                           "stuck_receiver"})
+    assert body.startswith("# [Serve] Drain replicas in two phases\n\nStop routing first.")
+    assert "### `health_failure`: Title of health_failure" in body
+    assert "| failed | 3 (reset 3) | 0 |" in body
+    assert upstream._utc(t0) in body
+    assert "- health_failure: as claimed" in body
+    # Scenarios without a result are named, not left out.
+    for missing in ("controller_lag", "stuck_receiver"):
+        assert f"No result yet: `{results / missing / 'report.json'}`" in body
+    assert "### `bench-health`" in body and "bench-health.log` does not exist" in body
+    after = body.split("## What these runs do not show", 1)[1]
+    assert "2-core" in after and "ingest-lag gate never fired" in after
+
+
+def test_pr_body_for_a_patch_nothing_maps_yet(tmp_path: Path) -> None:
+    (patch,) = make_series(tmp_path, [STEP_4])
+    later = tmp_path / "0007-Serve-Rename-the-API.patch"
+    later.write_bytes(patch.read_bytes())
+    body = pr_body("0007", [later], tmp_path / "results", known_scenarios=set())
+    assert "### `membership_churn`" in body and "no scenario of that name yet" in body
+    assert "Nobody has written this patch's part yet" in body
+    with pytest.raises(HarnessError, match="no patch 0003.*0007"):
+        pr_body("3", [later], tmp_path / "results", known_scenarios=set())
+
+
+def test_every_mapped_scenario_exists() -> None:
+    from harness.scenarios import SCENARIOS
+
+    named = {n for e in upstream.EVIDENCE.values() for n in (*e.scenarios, *e.related)}
+    assert named - set(SCENARIOS) == {upstream.BENCH_HEALTH}
+    assert all(e.caveats for e in upstream.EVIDENCE.values())
