@@ -47,6 +47,27 @@ def deploy(config: dict, timeout_s: float) -> dict:
         time.sleep(0.5)
 
 
+def churn(configs: list[dict], interval_s: float, duration_s: float) -> dict:
+    """Deploy the configs in turn, one every `interval_s`, for `duration_s`:
+    each is one membership change (a replica added or removed). Runs here so
+    that a change costs one API call, not a `docker exec` and a Ray import."""
+    _connect()
+    from ray.serve._private.api import serve_start
+    from ray.serve.schema import ServeDeploySchema
+
+    schemas = [ServeDeploySchema.parse_obj(c) for c in configs]
+    client = serve_start(http_options=schemas[0].http_options.dict(),
+                         proxy_location=schemas[0].proxy_location)
+    started = time.monotonic()
+    changes = []
+    while time.monotonic() - started < duration_s:
+        due = started + len(changes) * interval_s
+        time.sleep(max(0.0, due - time.monotonic()))
+        client.deploy_apps(schemas[len(changes) % len(schemas)])
+        changes.append(time.time())
+    return {"changes": changes}
+
+
 def nodes() -> list[dict]:
     ray = _connect()
     from ray.core.generated.common_pb2 import NodeDeathInfo
@@ -149,6 +170,10 @@ def main(argv: list[str]) -> int:
     p_deploy.add_argument("config_json")
     p_deploy.add_argument("--timeout", type=float, default=180.0)
     sub.add_parser("nodes")
+    p_churn = sub.add_parser("churn")
+    p_churn.add_argument("configs_json", help="a JSON list of deploy configs, used in turn")
+    p_churn.add_argument("--interval", type=float, default=1.0)
+    p_churn.add_argument("--duration", type=float, default=60.0)
     sub.add_parser("actors")
     sub.add_parser("serve-status")
     sub.add_parser("controller-health")
@@ -166,6 +191,8 @@ def main(argv: list[str]) -> int:
         result = deploy(json.loads(args.config_json), args.timeout)
     elif args.cmd == "nodes":
         result = nodes()
+    elif args.cmd == "churn":
+        result = churn(json.loads(args.configs_json), args.interval, args.duration)
     elif args.cmd == "syslog":
         syslog()
         return 0

@@ -6,12 +6,13 @@ run against several images side by side and judged from the recorded history.
 
 from harness.scenarios.base import ScenarioOutcome, run_scenario
 from harness.scenarios.health import ControllerLag, HealthFailure, StuckReceiver
+from harness.scenarios.membership_churn import MembershipChurn
 from harness.scenarios.request_overrun import RequestOverrun
 from harness.scenarios.spot_preemption import SpotPreemption
 from harness.scenarios.stale_worker import DrainWindowAdmission, StaleWorkerDrain
 
 SCENARIOS = {s.name: s for s in (StaleWorkerDrain, DrainWindowAdmission, SpotPreemption,
                                   HealthFailure, ControllerLag, StuckReceiver,
-                                  RequestOverrun)}
+                                  RequestOverrun, MembershipChurn)}
 
 __all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]

@@ -57,6 +57,11 @@ class Scenario:
         return [images.ImageSpec(pin.baseline.version, "stock"),
                 images.ImageSpec(pin.ray.version, "patched")]
 
+    def labels(self, spec: images.ImageSpec) -> list[str]:
+        """The runs on one image, by label: one, unless a scenario also runs an
+        image under another configuration (flags on and off, say)."""
+        return [str(spec)]
+
     def run_once(self, image_tag: str, label: str) -> ImageRun:
         raise NotImplementedError
 
@@ -93,19 +98,19 @@ def run_scenario(scenario: Scenario, specs: list[images.ImageSpec] | None = None
     tags = {spec: images.ensure_node_image(spec) for spec in specs}
     runs: dict[str, ImageRun] = {}
     for spec, tag in tags.items():
-        label = str(spec)
-        print(f"scenario {scenario.name}: running on {label} "
-              f"({time.monotonic() - started:.0f}s so far)", flush=True)
-        t = time.monotonic()
-        run = scenario.run_once(tag, label)
-        run.wall_s = time.monotonic() - t
-        run.history.meta.update(label=label, image=tag, scenario=scenario.name)
-        run.verdict = run.verdict or checker.check(run.history)
-        runs[label] = run
-        print(f"scenario {scenario.name}: {label}: {run.verdict.failures} of "
-              f"{run.verdict.requests} requests failed; checks "
-              f"{sum(ok for _, ok in run.checks)}/{len(run.checks)} held "
-              f"({run.wall_s:.0f}s)", flush=True)
+        for label in scenario.labels(spec):
+            print(f"scenario {scenario.name}: running on {label} "
+                  f"({time.monotonic() - started:.0f}s so far)", flush=True)
+            t = time.monotonic()
+            run = scenario.run_once(tag, label)
+            run.wall_s = time.monotonic() - t
+            run.history.meta.update(label=label, image=tag, scenario=scenario.name)
+            run.verdict = run.verdict or checker.check(run.history)
+            runs[label] = run
+            print(f"scenario {scenario.name}: {label}: {run.verdict.failures} of "
+                  f"{run.verdict.requests} requests failed; checks "
+                  f"{sum(ok for _, ok in run.checks)}/{len(run.checks)} held "
+                  f"({run.wall_s:.0f}s)", flush=True)
     as_expected, findings = scenario.expect(runs)
     out_dir = out_dir or RESULTS_DIR / scenario.name
     for run in runs.values():

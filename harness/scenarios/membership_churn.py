@@ -1,0 +1,156 @@
+"""membership_churn (issue 6, seeds 000 and 002): a replica added or removed
+about every second for a minute, under keep-alive load with a long slice.
+
+    2.60.0-stock               every change reloads HAProxy; each reload leaves
+                               an old worker that keeps idle keep-alive
+                               connections and is hard-stopped with requests
+                               in flight
+    2.60.0-patched flags off   the same code path: the negative control, which
+                               must fail like stock
+    2.60.0-patched flags on    RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED=1 and
+                               RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED=1
+                               (patches 0005, 0006): membership changes go
+                               over the admin socket; 0 reloads, 0 errors
+
+Set up like the lab of specs/haproxy-runtime-membership.md (section 1.5):
+keep-alive clients straight to the head node's HAProxy, 95% short requests
+and 5% of 4 s, longer than hard-stop-after (3 s here), all to the echo app;
+the replicas run on a worker; every second one of three apps (echo and two
+more the head's HAProxy also serves) toggles between 2 and 3 replicas, driven
+from inside the head (harness/incluster.py churn). Reloads are counted as HAProxy
+processes that appear on the head during the churn (sampled every 0.5 s):
+with -sf each reload is a new process, in master-worker mode a new worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from harness import appconfigs, images
+from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.history import History
+from harness.load import LoadSpec, Mix, open_loop
+from harness.pin import load_pin
+from harness.scenarios.base import ImageRun, Scenario
+
+HARD_STOP_AFTER_S = 3
+LONG_S = 4.0
+ENV = {
+    "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(HARD_STOP_AFTER_S),
+    # Removed replicas go quickly, so the churn never runs out of room for new ones.
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+}
+FLAGS_ON = {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1",
+            "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1"}
+FLAGS_ON_LABEL, FLAGS_OFF_LABEL = "flags on", "flags off"
+
+
+CHURNED_APPS = (("echo", "/"), ("churn-b", "/b"), ("churn-c", "/c"))
+
+
+def _apps(counts: tuple[int, ...]) -> dict:
+    """The echo app (which the clients call) and two more, with these replica
+    counts. Every node's HAProxy serves all three, so a change in any of them
+    is a membership change for it."""
+    apps = []
+    for (name, route), replicas in zip(CHURNED_APPS, counts, strict=True):
+        app = appconfigs.echo_app(
+            num_replicas=replicas, max_replicas_per_node=None,
+            ray_actor_options={"num_cpus": 0, "resources": {"w": 0.01}},
+            graceful_shutdown_timeout_s=LONG_S + 3, graceful_shutdown_wait_loop_s=1,
+            max_ongoing_requests=100)
+        apps.append({**app, "name": name, "route_prefix": route})
+    return appconfigs.deploy_config(*apps)
+
+
+def _churn_configs() -> list[dict]:
+    """One app's replica count toggles 2 <-> 3 per step, the apps in turn: a
+    change every step, and each app's new replica has len(apps) steps to
+    become RUNNING before that app is scaled back (a replica stopped while
+    still starting never reaches HAProxy, which is why toggling one app every
+    second changed nothing there)."""
+    counts, configs = [2] * len(CHURNED_APPS), []
+    for step in range(2 * len(CHURNED_APPS)):
+        index = step % len(CHURNED_APPS)
+        counts[index] = 5 - counts[index]
+        configs.append(_apps(tuple(counts)))
+    return configs
+
+
+class MembershipChurn(Scenario):
+    name = "membership_churn"
+    title = "A replica swapped every second under keep-alive load (issue 6)"
+
+    def __init__(self, duration_s: float = 60.0, interval_s: float = 1.0,
+                 rate: float = 60.0, connections: int = 24) -> None:
+        self.duration_s, self.interval_s = duration_s, interval_s
+        self.rate, self.connections = rate, connections
+
+    @staticmethod
+    def default_images() -> list[images.ImageSpec]:
+        version = load_pin().ray.version
+        return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+
+    def labels(self, spec: images.ImageSpec) -> list[str]:
+        if spec.flavor == "patched":
+            return [f"{spec} {FLAGS_OFF_LABEL}", f"{spec} {FLAGS_ON_LABEL}"]
+        return [str(spec)]
+
+    def run_once(self, image_tag: str, label: str) -> ImageRun:
+        history = History()
+        env = {**ENV, **(FLAGS_ON if label.endswith(FLAGS_ON_LABEL) else {})}
+        config = ClusterConfig(image=image_tag, name="rayspot-churn", workers=1, env=env,
+                               worker_resources={"w": 10})
+        with Cluster(config) as cluster:
+            cluster.deploy(_apps((2,) * len(CHURNED_APPS)))
+            before = set(cluster.haproxy_pids(cluster.head))
+            changes, seen = asyncio.run(self._churn(cluster, history))
+        run = ImageRun(label, history)
+        started = sorted(seen - before)
+        run.facts["membership changes"] = len(changes)
+        run.facts["HAProxy processes started on the head"] = len(started)
+        run.facts["reloads per change"] = round(len(started) / max(len(changes), 1), 2)
+        return run
+
+    async def _churn(self, cluster: Cluster, history: History) -> tuple[list, set[int]]:
+        spec = LoadSpec(rate=self.rate, duration_s=self.duration_s + 4,
+                        connections=self.connections,
+                        mix=Mix(short=0.95, long=0.05, long_s=(LONG_S, LONG_S)),
+                        timeout_s=30)
+        load = asyncio.create_task(open_loop(cluster.head.ip, SERVE_PORT, spec, history))
+        seen: set[int] = set()
+        done = asyncio.Event()
+
+        async def sample_pids():
+            while not done.is_set():
+                seen.update(await asyncio.to_thread(cluster.haproxy_pids, cluster.head))
+                await asyncio.sleep(0.5)
+
+        sampler = asyncio.create_task(sample_pids())
+        await asyncio.sleep(2)
+        configs = json.dumps(_churn_configs())
+        result = await asyncio.to_thread(cluster.exec_head, [
+            "churn", configs, "--interval", str(self.interval_s),
+            "--duration", str(self.duration_s)])
+        await load
+        done.set()
+        await sampler
+        return result["changes"], seen
+
+    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+        findings, ok = [], True
+        for run in runs.values():
+            failures = run.verdict.failures
+            findings.append(
+                f"{run.label}: {failures} of {run.verdict.requests} requests failed "
+                f"({dict(run.verdict.failures_by_class) or 'none'}); "
+                f"{run.facts['HAProxy processes started on the head']} HAProxy processes "
+                f"started for {run.facts['membership changes']} membership changes")
+            if run.label.endswith(FLAGS_ON_LABEL):
+                ok &= failures == 0 and run.facts["HAProxy processes started on the head"] == 0
+            elif failures == 0:
+                ok = False
+                findings.append(f"{run.label} did not fail: the churn did not reproduce the "
+                                f"stale-worker errors, so the flags-on run proves nothing")
+        return ok, findings
