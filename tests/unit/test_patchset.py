@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from pinned_tree import COMMIT, RELEASE, REPLICA, ROUTER, isolate_git
 
 from harness import patchset
 from harness.errors import HarnessError
@@ -25,11 +26,6 @@ from harness.patchset import (
 )
 from harness.pin import RayRelease
 
-COMMIT = "b7f4259e944bf6959f721b106adc366ddfa0c356"
-RELEASE = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=COMMIT)
-
-REPLICA = "ray/serve/_private/replica.py"
-ROUTER = "ray/serve/_private/router.py"
 CREATED_TEST = "ray/serve/tests/unit/test_drain.py"
 
 SERVE_FILES = {
@@ -44,12 +40,7 @@ SERVE_FILES = {
 def _git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     # The tests' own git calls (and apply_to_checkout, which uses the user's
     # config) must not depend on whoever runs them.
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "Zoë Developer")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "zoe@example.com")
-        monkeypatch.setenv(f"GIT_{role}_DATE", "2025-03-04T05:06:07+0100")
+    isolate_git(monkeypatch, date="2025-03-04T05:06:07+0100")
 
 
 def git(cwd: Path, *args: str) -> str:

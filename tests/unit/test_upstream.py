@@ -5,7 +5,6 @@ network, no Docker."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from pinned_tree import COMMIT as PIN_COMMIT
+from pinned_tree import RELEASE, REPLICA, ROUTER, isolate_git
 
 from harness import upstream
 from harness.checker import check
@@ -33,10 +34,6 @@ from harness.upstream import (
     run_tests,
 )
 
-PIN_COMMIT = "b7f4259e944bf6959f721b106adc366ddfa0c356"
-RELEASE = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=PIN_COMMIT)
-REPLICA = "ray/serve/_private/replica.py"
-ROUTER = "ray/serve/_private/router.py"
 TEST_ONE = "ray/serve/tests/unit/test_drain.py"
 TEST_TWO = "ray/serve/tests/unit/test_router.py"
 
@@ -78,11 +75,7 @@ STEP_4 = ("[Serve] Rename the API\n", {"ray/serve/api.py": "def run_app(app):\n 
 @pytest.fixture(autouse=True)
 def _git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     # pr_branches commits with the user's git config; make it the same for everyone.
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for role in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{role}_NAME", "Zoë Developer")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "zoe@example.com")
+    isolate_git(monkeypatch)
 
 
 def git(cwd: Path, *args: str) -> str:
