@@ -817,7 +817,7 @@ def status_site_packages(site_packages: Path, patches: list[Path]) -> PatchStatu
 # ------------------------------------------------------- a real Ray checkout
 
 
-def operation_in_progress(repo: Path, isolated: bool) -> str | None:
+def _operation_in_progress(repo: Path, isolated: bool) -> str | None:
     for name, what in (
         ("rebase-apply", "a `git am` or rebase"),
         ("rebase-merge", "a rebase"),
@@ -830,7 +830,7 @@ def operation_in_progress(repo: Path, isolated: bool) -> str | None:
     return None
 
 
-def porcelain_status(repo: Path, isolated: bool) -> list[str]:
+def _porcelain_status(repo: Path, isolated: bool) -> list[str]:
     out = git_output(["status", "--porcelain"], repo, isolated=isolated)
     return [line[3:] for line in out.splitlines() if line.strip()]
 
@@ -843,6 +843,37 @@ def _failed_patch(output: str, patches: Sequence[Path]) -> str:
     return "one of the patches"
 
 
+def checkout_top(ray_src: Path, point_at: str) -> Path:
+    """The top of the git checkout `ray_src` is in, with no `git am`, rebase,
+    merge or cherry-pick in progress; refuses otherwise. `point_at` says what
+    RAY_SRC should name instead."""
+    if not ray_src.is_dir():
+        raise HarnessError(f"{ray_src} does not exist; set RAY_SRC to a Ray git checkout.")
+    top_result = run_git(["rev-parse", "--show-toplevel"], ray_src, isolated=False)
+    if top_result.returncode != 0:
+        raise HarnessError(
+            f"{ray_src} is not a git checkout of Ray. Nothing was changed. Point RAY_SRC at "
+            f"{point_at}."
+        )
+    repo = Path(top_result.stdout.strip())
+    busy = _operation_in_progress(repo, isolated=False)
+    if busy:
+        raise HarnessError(
+            f"{repo} is in the middle of {busy}. Nothing was changed. Finish or abort it "
+            f"first (e.g. `git am --abort`), then run again."
+        )
+    return repo
+
+
+def refuse_dirty(repo: Path) -> None:
+    dirty = _porcelain_status(repo, isolated=False)
+    if dirty:
+        raise HarnessError(
+            f"{repo} has uncommitted or untracked files: {listing(dirty)}. Nothing was "
+            f"changed. Commit, stash or remove them, then run again."
+        )
+
+
 def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease) -> None:
     """`git am --3way` the series onto a clean Ray checkout at the pinned commit.
 
@@ -853,21 +884,7 @@ def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease) -
             f"patches/PIN names no commit for Ray {release.version}, so a checkout cannot be "
             f"checked against it. Nothing was changed. Add `commit = ...` under [ray]."
         )
-    if not ray_src.is_dir():
-        raise HarnessError(f"{ray_src} does not exist; set RAY_SRC to a Ray git checkout.")
-    top_result = run_git(["rev-parse", "--show-toplevel"], ray_src, isolated=False)
-    if top_result.returncode != 0:
-        raise HarnessError(
-            f"{ray_src} is not a git checkout of Ray. Nothing was changed. Point RAY_SRC at "
-            f"a clone of https://github.com/ray-project/ray."
-        )
-    repo = Path(top_result.stdout.strip())
-    busy = operation_in_progress(repo, isolated=False)
-    if busy:
-        raise HarnessError(
-            f"{repo} is in the middle of {busy}. Nothing was changed. Finish or abort it "
-            f"first (e.g. `git am --abort`), then run again."
-        )
+    repo = checkout_top(ray_src, "a clone of https://github.com/ray-project/ray")
     head = git_output(["rev-parse", "HEAD"], repo, isolated=False).strip()
     if head != release.commit:
         raise HarnessError(
@@ -875,12 +892,7 @@ def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease) -
             f"at commit {release.commit}. Nothing was changed. Run "
             f"`git -C {repo} switch -c <branch> {release.commit}` and run again."
         )
-    dirty = porcelain_status(repo, isolated=False)
-    if dirty:
-        raise HarnessError(
-            f"{repo} has uncommitted or untracked files: {listing(dirty)}. Nothing was "
-            f"changed. Commit, stash or remove them, then run again."
-        )
+    refuse_dirty(repo)
     if not patches:
         return
     am = ["am", "--3way", "--keep-cr", "--keep-non-patch", *(p.resolve() for p in patches)]
@@ -894,7 +906,7 @@ def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease) -
     output = output_tail(result)
     run_git(["am", "--abort"], repo, isolated=False)
     now = git_output(["rev-parse", "HEAD"], repo, isolated=False).strip()
-    left = porcelain_status(repo, isolated=False)
+    left = _porcelain_status(repo, isolated=False)
     if now == head and not left:
         untouched = f"`git am --abort` put {repo} back at {head}, clean."
     else:
@@ -987,7 +999,7 @@ def _check_workspace(workspace: Path, action: str) -> None:
             f"{workspace} exists but is not a patch workspace (no git repository). Nothing "
             f"was changed. Move it away, then {action} again."
         )
-    busy = operation_in_progress(workspace, isolated=True)
+    busy = _operation_in_progress(workspace, isolated=True)
     if busy:
         raise HarnessError(
             f"{workspace} is in the middle of {busy}. Nothing was changed. Finish it "
@@ -999,7 +1011,7 @@ def _check_workspace(workspace: Path, action: str) -> None:
             f"tree. Nothing was changed. Recreate the tag on the wheel's commit, or move the "
             f"folder away and run `make workspace`."
         )
-    dirty = porcelain_status(workspace, isolated=True)
+    dirty = _porcelain_status(workspace, isolated=True)
     if dirty:
         raise HarnessError(
             f"{workspace} has uncommitted changes: {listing(dirty)}. Nothing was changed. "

@@ -36,14 +36,14 @@ from harness.errors import HarnessError
 from harness.patchset import (
     apply_to_checkout,
     build_workspace,
+    checkout_top,
     extract_from_wheel,
     git_env,
     git_output,
     listing,
-    operation_in_progress,
     output_tail,
     patch_paths,
-    porcelain_status,
+    refuse_dirty,
     run_git,
 )
 from harness.paths import BUILD_DIR, ROOT, WHEELHOUSE_DIR
@@ -521,23 +521,10 @@ def pr_branches(ray_src: Path, patches: list[Path], release: RayRelease, wheel: 
     started = time.monotonic()
     if not patches:
         raise HarnessError("patches/series is empty; there is nothing to make branches of.")
-    if not ray_src.is_dir():
-        raise HarnessError(f"{ray_src} does not exist; set RAY_SRC to a Ray git checkout.")
-    top = run_git(["rev-parse", "--show-toplevel"], ray_src, isolated=False)
-    if top.returncode != 0:
-        raise HarnessError(f"{ray_src} is not a git checkout. Nothing was changed. Point "
-                           f"RAY_SRC at a clone of Ray at {release.commit}, or at a stand-in "
-                           f"(`python -m harness upstream standin`).")
-    repo = Path(top.stdout.strip())
-    busy = operation_in_progress(repo, isolated=False)
-    if busy:
-        raise HarnessError(f"{repo} is in the middle of {busy}. Nothing was changed. Finish "
-                           f"or abort it, then run again.")
+    repo = checkout_top(ray_src, f"a clone of Ray at {release.commit}, or at a stand-in "
+                                 f"(`python -m harness upstream standin`)")
     base, why = at_the_pin(repo, release, wheel)
-    dirty = porcelain_status(repo, isolated=False)
-    if dirty:
-        raise HarnessError(f"{repo} has uncommitted or untracked files: {listing(dirty)}. "
-                           f"Nothing was changed. Commit, stash or remove them, then run again.")
+    refuse_dirty(repo)
     names = branch_names(patches)
     existing = _branch_refs(repo, names)
     if existing and not force:
