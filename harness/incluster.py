@@ -20,18 +20,24 @@ def _connect():
     return ray
 
 
+def _serve_client(schema):
+    """Serve's client, Serve started with the config's HTTP options if it is not
+    running yet (what `serve deploy` does)."""
+    from ray.serve._private.api import serve_start
+
+    return serve_start(http_options=schema.http_options.dict(),
+                       proxy_location=schema.proxy_location)
+
+
 def deploy(config: dict, timeout_s: float) -> dict:
     """Deploy a multi-app config declaratively (as `serve deploy` does) and wait
     until every application is RUNNING."""
     _connect()
     from ray import serve
-    from ray.serve._private.api import serve_start
     from ray.serve.schema import ServeDeploySchema
 
     schema = ServeDeploySchema.parse_obj(config)
-    client = serve_start(http_options=schema.http_options.dict(),
-                         proxy_location=schema.proxy_location)
-    client.deploy_apps(schema)
+    _serve_client(schema).deploy_apps(schema)
     names = {app.name for app in schema.applications}
     if timeout_s <= 0:  # the caller times what follows the change itself
         return {"applications": {name: "SUBMITTED" for name in names}}
@@ -52,12 +58,10 @@ def churn(configs: list[dict], interval_s: float, duration_s: float) -> dict:
     each is one membership change (a replica added or removed). Runs here so
     that a change costs one API call, not a `docker exec` and a Ray import."""
     _connect()
-    from ray.serve._private.api import serve_start
     from ray.serve.schema import ServeDeploySchema
 
     schemas = [ServeDeploySchema.parse_obj(c) for c in configs]
-    client = serve_start(http_options=schemas[0].http_options.dict(),
-                         proxy_location=schemas[0].proxy_location)
+    client = _serve_client(schemas[0])
     started = time.monotonic()
     changes = []
     while time.monotonic() - started < duration_s:
