@@ -72,14 +72,14 @@ def measure(tag: str, label: str, replicas: int, window_s: float, push: bool = F
                               cluster.process_cpu_s(cluster.head, pid), time.time())
         loop = cluster.exec_head(["controller-health"])
         periods = (t1 - t0) / PERIOD_S
-        detect_s = None
+        detect_s: float | str = "-"  # not measured: nothing is health-checked
         if period_s == PERIOD_S:
             history = History()
             flipped_replica = asyncio.run(fail_health_check(history, "127.0.0.1",
                                                             cluster.config.lb_port))
             flipped = history.events[-1].time
             detected = wait_for_unhealthy(cluster, flipped_replica, flipped - 1, 60)
-            detect_s = detected - flipped if detected else float("nan")
+            detect_s = detected - flipped if detected else "not detected"
     return {
         "label": label, "replicas": replicas,
         "probes_per_period": (probes1 - probes0) / periods,
@@ -113,7 +113,7 @@ def print_health(results: list[dict]) -> None:
           "| control loop, mean | deployment-state update, mean | time to detect |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        detect = "-" if r["detect_s"] is None else f"{r['detect_s']:.1f} s"
+        detect = r["detect_s"] if isinstance(r["detect_s"], str) else f"{r['detect_s']:.1f} s"
         print(f"| {r['label']} | {r['probes_per_period']:.1f} | {r['reports_per_period']} "
               f"| {r['cpu_s_per_period']:.3f} | {r['loop_ms']:.1f} ms "
               f"| {r['dsm_update_ms']:.2f} ms | {detect} |")
