@@ -53,23 +53,48 @@ def deploy(config: dict, timeout_s: float) -> dict:
         time.sleep(0.5)
 
 
-def churn(configs: list[dict], interval_s: float, duration_s: float) -> dict:
-    """Deploy the configs in turn, one every `interval_s`, for `duration_s`:
-    each is one membership change (a replica added or removed). Runs here so
-    that a change costs one API call, not a `docker exec` and a Ray import."""
+def churn(config: dict, churned: list[str], low: int, high: int,
+          interval_s: float, duration_s: float) -> dict:
+    """Every `interval_s` for `duration_s`, flip one churned app of the config
+    between `low` and `high` replicas: one membership change per tick. Only an
+    app whose every asked-for replica is RUNNING (replicas still stopping do
+    not count) is flipped, the one left alone longest first: a replica stopped
+    while still STARTING never reaches HAProxy, so blind toggling faster than
+    replicas start changes nothing there. Runs here so that a tick costs two
+    controller calls, not a `docker exec` and a Ray import."""
     _connect()
+    from ray import serve
     from ray.serve.schema import ServeDeploySchema
 
-    schemas = [ServeDeploySchema.parse_obj(c) for c in configs]
-    client = _serve_client(schemas[0])
+    apps = {app["name"]: app for app in config["applications"]}
+    client = _serve_client(ServeDeploySchema.parse_obj(config))
+
+    def ready(name: str, status) -> bool:
+        wanted = apps[name]["deployments"][0]["num_replicas"]
+        return name in status and all(
+            d.replica_states.get("RUNNING", 0) == wanted
+            and set(d.replica_states) <= {"RUNNING", "STOPPING"}
+            for d in status[name].deployments.values())
+
+    last_flip = {name: 0.0 for name in churned}
     started = time.monotonic()
-    changes = []
+    changes, idle_ticks, tick = [], 0, 0
     while time.monotonic() - started < duration_s:
-        due = started + len(changes) * interval_s
-        time.sleep(max(0.0, due - time.monotonic()))
-        client.deploy_apps(schemas[len(changes) % len(schemas)])
-        changes.append(time.time())
-    return {"changes": changes}
+        time.sleep(max(0.0, started + tick * interval_s - time.monotonic()))
+        tick += 1
+        status = serve.status().applications
+        settled = [name for name in churned if ready(name, status)]
+        if not settled:
+            idle_ticks += 1
+            continue
+        name = min(settled, key=last_flip.__getitem__)
+        deployment = apps[name]["deployments"][0]
+        deployment["num_replicas"] = low if deployment["num_replicas"] == high else high
+        client.deploy_apps(ServeDeploySchema.parse_obj(config))
+        last_flip[name] = time.monotonic()
+        changes.append({"at": time.time(), "app": name,
+                        "replicas": deployment["num_replicas"]})
+    return {"changes": changes, "idle_ticks": idle_ticks}
 
 
 def nodes() -> list[dict]:
@@ -175,7 +200,10 @@ def main(argv: list[str]) -> int:
     p_deploy.add_argument("--timeout", type=float, default=180.0)
     sub.add_parser("nodes")
     p_churn = sub.add_parser("churn")
-    p_churn.add_argument("configs_json", help="a JSON list of deploy configs, used in turn")
+    p_churn.add_argument("config_json", help="the deploy config the churn starts from")
+    p_churn.add_argument("--apps", required=True, help="comma-separated apps to churn")
+    p_churn.add_argument("--low", type=int, default=2)
+    p_churn.add_argument("--high", type=int, default=3)
     p_churn.add_argument("--interval", type=float, default=1.0)
     p_churn.add_argument("--duration", type=float, default=60.0)
     sub.add_parser("actors")
@@ -196,7 +224,8 @@ def main(argv: list[str]) -> int:
     elif args.cmd == "nodes":
         result = nodes()
     elif args.cmd == "churn":
-        result = churn(json.loads(args.configs_json), args.interval, args.duration)
+        result = churn(json.loads(args.config_json), args.apps.split(","), args.low,
+                       args.high, args.interval, args.duration)
     elif args.cmd == "syslog":
         syslog()
         return 0

@@ -15,11 +15,12 @@ about every second for a minute, under keep-alive load with a long slice.
 Set up like the lab of specs/haproxy-runtime-membership.md (section 1.5):
 keep-alive clients straight to the head node's HAProxy, 95% short requests
 and 5% of 4 s, longer than hard-stop-after (3 s here), all to the echo app;
-the replicas run on a worker; every second one of three apps (echo and two
-more the head's HAProxy also serves) toggles between 2 and 3 replicas, driven
-from inside the head (harness/incluster.py churn). Reloads are counted as HAProxy
-processes that appear on the head during the churn (sampled every 0.5 s):
-with -sf each reload is a new process, in master-worker mode a new worker.
+the replicas run on a worker. Every second one of eight apps (echo and seven
+more the head's HAProxy also serves) goes from 2 to 3 replicas or back, the
+settled app left alone longest first (harness/incluster.py churn). Reloads
+are counted as HAProxy processes that appear on the head during the churn
+(sampled every 0.5 s): with -sf each reload is a new process, in
+master-worker mode a new worker.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import json
 
 from harness import appconfigs, images
 from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.history import History
+from harness.history import Event, History
 from harness.load import LoadSpec, Mix, open_loop
 from harness.pin import load_pin
 from harness.scenarios.base import ImageRun, Scenario
@@ -46,15 +47,18 @@ FLAGS_ON = {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1",
 FLAGS_ON_LABEL, FLAGS_OFF_LABEL = "flags on", "flags off"
 
 
-CHURNED_APPS = (("echo", "/"), ("churn-b", "/b"), ("churn-c", "/c"))
+# Echo (which the clients call) and seven apps nobody calls: the head's HAProxy
+# serves them all, so a change in any is a membership change for it, and a
+# replica needs several seconds to start here, longer than a one-app toggle
+# leaves it (see incluster.churn).
+CHURNED_APPS = (("echo", "/"), *((f"churn-{c}", f"/{c}") for c in "bcdefgh"))
+LOW, HIGH = 2, 3
 
 
-def _apps(counts: tuple[int, ...]) -> dict:
-    """The echo app (which the clients call) and two more, with these replica
-    counts. Every node's HAProxy serves all three, so a change in any of them
-    is a membership change for it."""
+def _apps(replicas: int) -> dict:
+    """The churned apps, each with `replicas` replicas on the worker."""
     apps = []
-    for (name, route), replicas in zip(CHURNED_APPS, counts, strict=True):
+    for name, route in CHURNED_APPS:
         app = appconfigs.echo_app(
             num_replicas=replicas, max_replicas_per_node=None,
             ray_actor_options={"num_cpus": 0, "resources": {"w": 0.01}},
@@ -62,20 +66,6 @@ def _apps(counts: tuple[int, ...]) -> dict:
             max_ongoing_requests=100)
         apps.append({**app, "name": name, "route_prefix": route})
     return appconfigs.deploy_config(*apps)
-
-
-def _churn_configs() -> list[dict]:
-    """One app's replica count toggles 2 <-> 3 per step, the apps in turn: a
-    change every step, and each app's new replica has len(apps) steps to
-    become RUNNING before that app is scaled back (a replica stopped while
-    still starting never reaches HAProxy, which is why toggling one app every
-    second changed nothing there)."""
-    counts, configs = [2] * len(CHURNED_APPS), []
-    for step in range(2 * len(CHURNED_APPS)):
-        index = step % len(CHURNED_APPS)
-        counts[index] = 5 - counts[index]
-        configs.append(_apps(tuple(counts)))
-    return configs
 
 
 class MembershipChurn(Scenario):
@@ -103,17 +93,19 @@ class MembershipChurn(Scenario):
         config = ClusterConfig(image=image_tag, name="rayspot-churn", workers=1, env=env,
                                worker_resources={"w": 10})
         with Cluster(config) as cluster:
-            cluster.deploy(_apps((2,) * len(CHURNED_APPS)))
+            cluster.deploy(_apps(LOW))
             before = set(cluster.haproxy_pids(cluster.head))
-            changes, seen = asyncio.run(self._churn(cluster, history))
+            changes, idle_ticks, seen = asyncio.run(self._churn(cluster, history))
         run = ImageRun(label, history)
         started = sorted(seen - before)
         run.facts["membership changes"] = len(changes)
+        run.facts["seconds with no settled app to change"] = idle_ticks
         run.facts["HAProxy processes started on the head"] = len(started)
         run.facts["reloads per change"] = round(len(started) / max(len(changes), 1), 2)
         return run
 
-    async def _churn(self, cluster: Cluster, history: History) -> tuple[list, set[int]]:
+    async def _churn(self, cluster: Cluster,
+                     history: History) -> tuple[list, int, set[int]]:
         spec = LoadSpec(rate=self.rate, duration_s=self.duration_s + 4,
                         connections=self.connections,
                         mix=Mix(short=0.95, long=0.05, long_s=(LONG_S, LONG_S)),
@@ -129,14 +121,17 @@ class MembershipChurn(Scenario):
 
         sampler = asyncio.create_task(sample_pids())
         await asyncio.sleep(2)
-        configs = json.dumps(_churn_configs())
         result = await asyncio.to_thread(cluster.exec_head, [
-            "churn", configs, "--interval", str(self.interval_s),
+            "churn", json.dumps(_apps(LOW)), "--apps", ",".join(n for n, _ in CHURNED_APPS),
+            "--low", str(LOW), "--high", str(HIGH), "--interval", str(self.interval_s),
             "--duration", str(self.duration_s)])
+        for change in result["changes"]:
+            history.add_event(Event(change["at"], "membership_churn", "mark", change["app"],
+                                    {"label": f"{change['app']} -> {change['replicas']}"}))
         await load
         done.set()
         await sampler
-        return result["changes"], seen
+        return result["changes"], result["idle_ticks"], seen
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         findings, ok = [], True

@@ -20,7 +20,8 @@ OPTIONS = {"spot_preemption": {"scale": 0.5}}
 
 
 @pytest.mark.parametrize("name", ["stale_worker_drain", "drain_window_admission",
-                                  "spot_preemption", "health_failure", "request_overrun"])
+                                  "spot_preemption", "health_failure", "request_overrun",
+                                  "membership_churn"])
 def test_scenario(name):
     outcome = run_scenario(SCENARIOS[name](**OPTIONS.get(name, {})))
     print("\n" + "\n".join(outcome.findings) + f"\n({outcome.wall_s:.0f}s, "
