@@ -11,7 +11,7 @@ PATCH_TESTS = $(SITE)/ray/serve/tests/unit
 
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
-        images up down status bench-load bench-health soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
+        images up down status bench-load bench-health bench-membership soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -85,6 +85,9 @@ bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one r
 
 bench-health: $(PY) ## controller probe submissions and CPU per health period, pull vs push
 	$(HARNESS) bench health
+
+bench-membership: $(PY) ## HAProxy reloads and change-to-routing latency per replica change, stock vs patched
+	$(HARNESS) bench membership
 
 SOAK_RUNS ?= 3
 SOAK_MINUTES ?= 10

@@ -130,10 +130,14 @@ def cmd_bench(args) -> None:
 
     if args.what == "load":
         bench.print_load(bench.bench_load())
-    else:
+    elif args.what == "health":
         from harness import bench_health
 
         bench_health.print_health(bench_health.bench_health())
+    else:
+        from harness import bench_membership
+
+        bench_membership.print_membership(bench_membership.bench_membership(args.rounds))
 
 
 def cmd_up(args) -> None:
@@ -288,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
-    p.add_argument("what", choices=["load", "health"])
+    p.add_argument("what", choices=["load", "health", "membership"])
+    p.add_argument("--rounds", type=int, default=20,
+                   help="membership: replicas added and removed per configuration")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("soak", help="spot preemptions under sustained load, seed-002 ladder "

@@ -53,6 +53,14 @@ def deploy(config: dict, timeout_s: float) -> dict:
         time.sleep(0.5)
 
 
+def _replicas_ready(app_status, wanted: int) -> bool:
+    """Every replica the app asked for is RUNNING; replicas still stopping do
+    not count (they are already out of HAProxy's view)."""
+    return all(d.replica_states.get("RUNNING", 0) == wanted
+               and set(d.replica_states) <= {"RUNNING", "STOPPING"}
+               for d in app_status.deployments.values())
+
+
 def churn(config: dict, churned: list[str], low: int, high: int,
           interval_s: float, duration_s: float) -> dict:
     """Every `interval_s` for `duration_s`, flip one churned app of the config
@@ -69,13 +77,6 @@ def churn(config: dict, churned: list[str], low: int, high: int,
     apps = {app["name"]: app for app in config["applications"]}
     client = _serve_client(ServeDeploySchema.parse_obj(config))
 
-    def ready(name: str, status) -> bool:
-        wanted = apps[name]["deployments"][0]["num_replicas"]
-        return name in status and all(
-            d.replica_states.get("RUNNING", 0) == wanted
-            and set(d.replica_states) <= {"RUNNING", "STOPPING"}
-            for d in status[name].deployments.values())
-
     last_flip = {name: 0.0 for name in churned}
     started = time.monotonic()
     changes, idle_ticks, tick = [], 0, 0
@@ -83,7 +84,8 @@ def churn(config: dict, churned: list[str], low: int, high: int,
         time.sleep(max(0.0, started + tick * interval_s - time.monotonic()))
         tick += 1
         status = serve.status().applications
-        settled = [name for name in churned if ready(name, status)]
+        settled = [name for name in churned if name in status and _replicas_ready(
+            status[name], apps[name]["deployments"][0]["num_replicas"])]
         if not settled:
             idle_ticks += 1
             continue
@@ -95,6 +97,103 @@ def churn(config: dict, churned: list[str], low: int, high: int,
         changes.append({"at": time.time(), "app": name,
                         "replicas": deployment["num_replicas"]})
     return {"changes": changes, "idle_ticks": idle_ticks}
+
+
+def _haproxy_pids() -> set[int]:
+    import os
+
+    pids = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/comm") as comm:
+                if comm.read().strip() == "haproxy":
+                    pids.add(int(entry))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def membership_latency(config: dict, port: int) -> dict:
+    """One round: add one replica to the config's only app and time, on this
+    node, the controller's change (deploy), the controller listing the replica
+    RUNNING (serve.status polled every 20 ms) and this node's HAProxy answering
+    a request from it (a new connection every 5 ms, so a stale keep-alive
+    connection cannot hide a new worker); then remove it again and wait until
+    the app is settled. HAProxy processes are sampled all along: each reload
+    starts one (a new process with -sf, a new worker in master-worker mode)."""
+    import http.client
+    import threading
+
+    _connect()
+    from ray import serve
+    from ray.serve.schema import ServeDeploySchema
+
+    app = config["applications"][0]
+    deployment = app["deployments"][0]
+    low = deployment["num_replicas"]
+    client = _serve_client(ServeDeploySchema.parse_obj(config))
+    answers: list[tuple[float, str]] = []  # (received at, replica)
+    pids_before = _haproxy_pids()
+    pids_seen = set(pids_before)
+    stop = threading.Event()
+
+    def probe():
+        while not stop.is_set():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                conn.request("GET", app["route_prefix"])
+                response = conn.getresponse()
+                body = response.read()
+                if response.status == 200:
+                    answers.append((time.time(), json.loads(body)["replica"]))
+            except (OSError, http.client.HTTPException, ValueError, KeyError):
+                pass
+            finally:
+                conn.close()
+            pids_seen.update(_haproxy_pids())
+            time.sleep(0.005)
+
+    def ready(wanted: int) -> bool:
+        status = serve.status().applications.get(app["name"])
+        return status is not None and _replicas_ready(status, wanted)
+
+    def wait_until(predicate, timeout_s: float, what: str) -> float:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(what)
+            time.sleep(0.02)
+        return time.time()
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    try:
+        wait_until(lambda: ready(low), 120, "the app to settle")
+        time.sleep(1.0)  # a second of answers from the replicas already there
+        known = {replica for _, replica in answers}
+
+        def first_answer_from_new_replica() -> float | None:
+            return min((at for at, replica in answers[-2000:]
+                        if at > changed and replica not in known), default=None)
+
+        deployment["num_replicas"] = low + 1
+        changed = time.time()
+        client.deploy_apps(ServeDeploySchema.parse_obj(config))
+        listed = wait_until(lambda: ready(low + 1), 120, "the new replica")
+        wait_until(lambda: first_answer_from_new_replica() is not None, 30,
+                   "HAProxy to route the new replica")
+        routed = first_answer_from_new_replica()
+        deployment["num_replicas"] = low
+        client.deploy_apps(ServeDeploySchema.parse_obj(config))
+        wait_until(lambda: ready(low), 120, "the replica's removal")
+        time.sleep(1.0)  # the reload after the removal, if any
+    except TimeoutError as error:
+        return {"error": f"timed out waiting for {error}"}
+    finally:
+        stop.set()
+        prober.join()
+    return {"started_s": listed - changed, "routed_s": routed - listed,
+            "haproxy_processes_started": len(pids_seen - pids_before)}
 
 
 def nodes() -> list[dict]:
@@ -206,6 +305,9 @@ def main(argv: list[str]) -> int:
     p_churn.add_argument("--high", type=int, default=3)
     p_churn.add_argument("--interval", type=float, default=1.0)
     p_churn.add_argument("--duration", type=float, default=60.0)
+    p_latency = sub.add_parser("membership-latency")
+    p_latency.add_argument("config_json", help="one app; a replica is added to it and removed")
+    p_latency.add_argument("--port", type=int, default=8000)
     sub.add_parser("actors")
     sub.add_parser("serve-status")
     sub.add_parser("controller-health")
@@ -226,6 +328,8 @@ def main(argv: list[str]) -> int:
     elif args.cmd == "churn":
         result = churn(json.loads(args.config_json), args.apps.split(","), args.low,
                        args.high, args.interval, args.duration)
+    elif args.cmd == "membership-latency":
+        result = membership_latency(json.loads(args.config_json), args.port)
     elif args.cmd == "syslog":
         syslog()
         return 0
