@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from harness.history import Event, History, Request
+from harness.history import OBSERVED, Event, History, Request
 
 # The seed-002 acceptance threshold: 0.01% of requests may fail.
 DEFAULT_THRESHOLD = 0.0001
@@ -33,7 +33,9 @@ class Latency:
 
     count: int
     p50: float
+    p90: float
     p99: float
+    p999: float
     max: float
 
 
@@ -42,7 +44,13 @@ class KindStats:
     requests: int
     failures: int
     failures_by_class: dict[str, int]
-    latency: Latency | None  # None when no request of this kind succeeded
+    # None when no request of this kind succeeded. `latency` runs from the send;
+    # `latency_from_scheduled` from when the open loop meant to send it, so time
+    # spent waiting for a connection counts (wrk2's corrected figure: a slow
+    # cluster cannot hide its stalls by delaying the requests it is sent).
+    latency: Latency | None
+    latency_from_scheduled: Latency | None
+    outcomes: dict[str, int]  # status code or error class -> requests
 
 
 @dataclass
@@ -82,12 +90,17 @@ class Verdict:
     failures_by_class: dict[str, int]
     kinds: dict[str, KindStats]
     latency: Latency | None
+    outcomes: dict[str, int]  # status code or error class -> requests, all kinds
     grace_s: float
     windows: list[FaultWindow]
     marks: list[Mark]
     failures_in_windows: int  # failed requests attributed to at least one window
     failures_outside: int  # "outside any fault"
     outside_by_class: dict[str, int]
+    scheduled: int = 0  # requests the history says were scheduled
+    # None when every scheduled request has exactly one row; otherwise the gap,
+    # and the verdict fails whatever the rows say.
+    record_gap: str | None = None
     t0: float = field(default=0.0)  # wall-clock origin of the relative times above
 
     @property
@@ -113,16 +126,29 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
     return sorted_values[max(rank, 1) - 1]
 
 
-def latency_of(requests: Iterable[Request]) -> Latency | None:
-    values = sorted(r.latency for r in requests if r.ok)
+def latency_of(requests: Iterable[Request], from_scheduled: bool = False) -> Latency | None:
+    """Percentiles of the successful requests' latency, from the send or (for
+    open-loop rows) from the time each was due."""
+    values = sorted(
+        r.end - (r.scheduled if from_scheduled and r.scheduled is not None else r.start)
+        for r in requests
+        if r.ok
+    )
     if not values:
         return None
     return Latency(
         count=len(values),
         p50=percentile(values, 50),
+        p90=percentile(values, 90),
         p99=percentile(values, 99),
+        p999=percentile(values, 99.9),
         max=values[-1],
     )
+
+
+def _outcomes(rows: Iterable[Request]) -> dict[str, int]:
+    counts = Counter(r.outcome for r in rows)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _by_class(failed: Iterable[Request]) -> dict[str, int]:
@@ -159,7 +185,7 @@ def _pair_windows(
             else:
                 # An end whose start predates the record: the fault was already on.
                 pairs.append((None, event, min(first, event.time), event.time))
-        elif event.phase != "mark":
+        elif event.phase not in ("mark", OBSERVED):
             raise ValueError(
                 f"event {event.fault!r} at {event.time} has phase {event.phase!r};"
                 " expected 'start', 'end' or 'mark'"
@@ -176,7 +202,9 @@ def check(
 ) -> Verdict:
     """Judge a history. Passed means failure_rate <= threshold, inclusive: a run that
     fails exactly the allowed fraction meets its acceptance threshold. A history
-    with no requests never passes, because it proved nothing."""
+    with no requests never passes, because it proved nothing, and neither does
+    one whose rows do not match the requests it scheduled: a lost row could be
+    a failure."""
     requests = list(history.requests)
     events = sorted(history.events, key=lambda e: e.time)
     label = str(history.meta.get("label") or history.meta.get("image") or "run")
@@ -194,6 +222,7 @@ def check(
 
     failed = [r for r in requests if not r.ok]
     total = len(requests)
+    gap = history.record_gap()
     rate = len(failed) / total if total else 0.0
 
     kinds: dict[str, KindStats] = {}
@@ -208,6 +237,8 @@ def check(
             failures=len(kind_failed),
             failures_by_class=_by_class(kind_failed),
             latency=latency_of(rows),
+            latency_from_scheduled=latency_of(rows, from_scheduled=True),
+            outcomes=_outcomes(rows),
         )
 
     windows: list[FaultWindow] = []
@@ -254,16 +285,19 @@ def check(
         rps=total / duration if duration > 0 else 0.0,
         failure_rate=rate,
         threshold=threshold,
-        passed=total > 0 and rate <= threshold,
+        passed=total > 0 and rate <= threshold and gap is None,
         failures_by_class=_by_class(failed),
         kinds=kinds,
         latency=latency_of(requests),
+        outcomes=_outcomes(requests),
         grace_s=grace_s,
         windows=windows,
         marks=marks,
         failures_in_windows=len(failed) - len(outside),
         failures_outside=len(outside),
         outside_by_class=_by_class(outside),
+        scheduled=history.scheduled,
+        record_gap=gap,
         t0=t0,
     )
 
@@ -353,6 +387,8 @@ def side_by_side(verdicts: dict[str, Verdict]) -> str:
         classes.extend(c for c in v.failures_by_class if c not in classes)
 
     rows: list[tuple[str, list[str]]] = [
+        ("record", ["complete" if v.record_gap is None else f"INCOMPLETE: {v.record_gap}"
+                    for v in runs]),
         ("requests", [f"{v.requests:,}" for v in runs]),
         ("failures", [f"{v.failures:,}" for v in runs]),
         ("failure rate", [format_percent(v.failure_rate) for v in runs]),
@@ -364,7 +400,9 @@ def side_by_side(verdicts: dict[str, Verdict]) -> str:
         ("failures in fault windows", [f"{v.failures_in_windows:,}" for v in runs]),
         ("failures outside any fault", [f"{v.failures_outside:,}" for v in runs]),
         ("latency p50", [_seconds(v.latency.p50 if v.latency else None) for v in runs]),
+        ("latency p90", [_seconds(v.latency.p90 if v.latency else None) for v in runs]),
         ("latency p99", [_seconds(v.latency.p99 if v.latency else None) for v in runs]),
+        ("latency p99.9", [_seconds(v.latency.p999 if v.latency else None) for v in runs]),
         ("latency max", [_seconds(v.latency.max if v.latency else None) for v in runs]),
         (
             "result",

@@ -1,8 +1,17 @@
-"""The history of a run: what the clients saw and what the nemesis did, with
-wall-clock times on one host clock. Load and nemesis write it; the checker and
-the report only read it (Jepsen's split: judge the record, not live state).
+"""The history of a run: what the clients saw, what the nemesis did, and what
+the scenario read from the cluster, with wall-clock times on one host clock.
+Load, nemesis and scenarios write it; the checker and the report only read it
+(Jepsen's split: judge the record, not live state), so a saved history can be
+judged again with no cluster (`python -m harness analyze`).
 
-Stored as JSON Lines: one `meta` line, then one line per request or event.
+Every request is scheduled before it is sent and takes a ticket; its row
+carries the ticket, and the history counts the tickets it handed out. A row
+that never arrives (a client bug, a task that died) shows up as a gap between
+the count and the rows, which the checker fails loudly instead of judging a
+smaller record as clean.
+
+Stored as JSON Lines: one `meta` line (with the scheduled count), then one
+line per request or event.
 """
 
 from __future__ import annotations
@@ -11,19 +20,30 @@ import json
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
 
 # Error classes a request can end with (None means success, a 2xx).
 REFUSED = "refused"  # the TCP connect was refused
 RESET = "reset"  # the connection closed or reset before a full response
-TIMEOUT = "timeout"  # the client gave up waiting
+TIMEOUT = "timeout"  # the client gave up waiting (for a connection or the answer)
 TRUNCATED = "truncated"  # a response started but its body was cut short
+PROTOCOL = "protocol"  # the answer was not valid HTTP/1.1 (the text says how)
+UNFINISHED = "unfinished"  # still running when the run ended; it proved nothing
+CLIENT = "client"  # the client itself raised something unexpected (a bug)
 # HTTP errors are their status code as a string: "408", "500", "502", ...
+
+# An event's phase: a fault's "start" and "end" make a window, a "mark" is a
+# point inside one, and "observed" is something a scenario read from the
+# cluster (a death reason, a log line, a process list) and judges by.
+OBSERVED = "observed"
 
 
 @dataclass
 class Request:
     kind: str  # "short", "long", "stream"
-    start: float  # time.time() when the request was sent
+    start: float  # time.time() when the request was sent (or given up, if never sent)
     end: float  # when the response completed or failed
     status: int | None  # HTTP status, None if no response arrived
     error: str | None  # None, one of the classes above, or the status as a string
@@ -31,6 +51,8 @@ class Request:
     replica: str | None = None
     node: str | None = None
     scheduled: float | None = None  # open loop: when it was due (lag = start - scheduled)
+    id: int | None = None  # the ticket History.schedule handed out
+    detail: str | None = None  # why it failed, in the client's words (protocol, client)
 
     @property
     def ok(self) -> bool:
@@ -40,12 +62,18 @@ class Request:
     def latency(self) -> float:
         return self.end - self.start
 
+    @property
+    def outcome(self) -> str:
+        """One key per row of a status/error breakdown: the error class of a
+        failure (an HTTP error's class is its status), else the status."""
+        return self.error if self.error is not None else str(self.status)
+
 
 @dataclass
 class Event:
     time: float
-    fault: str  # e.g. "spot_preemption", "reload", "kill"
-    phase: str  # "start", "end", or "mark" (a point inside a fault, e.g. "drain sent")
+    fault: str  # e.g. "spot_preemption", "reload", "kill"; for "observed", what was read
+    phase: str  # "start", "end", "mark" or "observed"
     target: str | None = None  # node or replica the event concerns
     detail: dict = field(default_factory=dict)
 
@@ -57,20 +85,68 @@ class History:
         self.meta: dict = dict(meta or {})
         self.requests: list[Request] = []
         self.events: list[Event] = []
+        self.scheduled = 0  # tickets handed out
         self._lock = threading.Lock()
 
-    def add_request(self, request: Request) -> None:
+    def schedule(self) -> int:
+        """A ticket for a request about to be sent; its row must carry it."""
+        with self._lock:
+            self.scheduled += 1
+            return self.scheduled - 1
+
+    def record(self, ticket: int, request: Request) -> None:
+        request.id = ticket
         with self._lock:
             self.requests.append(request)
+
+    def add_request(self, request: Request) -> None:
+        """Schedule and record at once, for a row that already exists."""
+        self.record(self.schedule(), request)
 
     def add_event(self, event: Event) -> None:
         with self._lock:
             self.events.append(event)
 
+    def observe(self, what: str, value: Any, time: float, target: str | None = None) -> None:
+        """Keep something read from the cluster, so the verdict can be reached
+        again from the saved history. `value` must be JSON-serialisable."""
+        self.add_event(Event(time, what, OBSERVED, target, {"value": value}))
+
+    def observed(self, what: str, target: str | None = None) -> list[Event]:
+        """The observations of `what` (for one target, if given), in time order."""
+        return sorted((e for e in self.events if e.phase == OBSERVED and e.fault == what
+                       and (target is None or e.target == target)), key=lambda e: e.time)
+
+    def value(self, what: str, default: Any = None) -> Any:
+        """The value of the latest observation of `what`, or `default`."""
+        found = self.observed(what)
+        return found[-1].detail["value"] if found else default
+
+    def record_gap(self) -> str | None:
+        """None if every scheduled request has exactly one row; otherwise what
+        is missing or doubled, by ticket."""
+        seen: dict[int | None, int] = {}
+        for r in self.requests:
+            seen[r.id] = seen.get(r.id, 0) + 1
+        missing = [t for t in range(self.scheduled) if t not in seen]
+        doubled = sorted(t for t, n in seen.items() if t is not None and n > 1)
+        stray = sum(n for t, n in seen.items() if t is None or not 0 <= t < self.scheduled)
+        if not (missing or doubled or stray):
+            return None
+        parts = [f"{self.scheduled:,} requests scheduled, {len(self.requests):,} rows"]
+        if missing:
+            parts.append(f"{len(missing):,} scheduled with no row (tickets {_ids(missing)})")
+        if doubled:
+            parts.append(f"{len(doubled):,} with more than one row (tickets {_ids(doubled)})")
+        if stray:
+            parts.append(f"{stray:,} rows with no ticket")
+        return "; ".join(parts)
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as out:
-            out.write(json.dumps({"type": "meta", **self.meta}) + "\n")
+            out.write(json.dumps({"type": "meta", **self.meta, "scheduled": self.scheduled})
+                      + "\n")
             for r in self.requests:
                 out.write(json.dumps({"type": "request", **asdict(r)}) + "\n")
             for e in self.events:
@@ -78,14 +154,32 @@ class History:
 
     @classmethod
     def load(cls, path: Path) -> History:
+        """Read a saved history; a file that is not one is a HarnessError
+        naming the file and the line."""
         history = cls()
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            kind = row.pop("type")
-            if kind == "meta":
-                history.meta = row
-            elif kind == "request":
-                history.requests.append(Request(**row))
-            elif kind == "event":
-                history.events.append(Event(**row))
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HarnessError(f"cannot read {path} as a history: {exc}") from exc
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+                kind = row.pop("type")
+                if kind == "meta":
+                    history.scheduled = int(row.pop("scheduled"))
+                    history.meta = row
+                elif kind == "request":
+                    history.requests.append(Request(**row))
+                elif kind == "event":
+                    history.events.append(Event(**row))
+                else:
+                    raise ValueError(f"unknown row type {kind!r}")
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise HarnessError(f"{path}:{number} is not a history row ({exc}); a history "
+                                   f"is what the harness saves as history-*.jsonl") from exc
         return history
+
+
+def _ids(tickets: list[int], shown: int = 10) -> str:
+    text = ", ".join(str(t) for t in tickets[:shown])
+    return text + (f", ... ({len(tickets) - shown} more)" if len(tickets) > shown else "")

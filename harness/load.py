@@ -20,12 +20,30 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from dataclasses import dataclass
 
-from harness.history import REFUSED, RESET, TIMEOUT, TRUNCATED, History, Request
+from harness.history import (
+    CLIENT,
+    PROTOCOL,
+    REFUSED,
+    RESET,
+    TIMEOUT,
+    TRUNCATED,
+    UNFINISHED,
+    History,
+    Request,
+)
 
-_MAX_HEADER = 64 * 1024
+# asyncio's StreamReader refuses a head longer than its limit (64 KiB) with
+# LimitOverrunError, which is how an oversized head is detected.
+_MAX_HEAD = 64 * 1024
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])(?: [^\r\n]*)?")
+
+
+class ProtocolError(Exception):
+    """The peer's answer is not valid HTTP/1.1."""
 
 
 class HTTPConnection:
@@ -42,7 +60,8 @@ class HTTPConnection:
         return self._writer is not None and not self._writer.is_closing()
 
     async def connect(self) -> None:
-        self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        self._reader, self._writer = await asyncio.open_connection(
+            self.host, self.port, limit=_MAX_HEAD)
 
     def close(self) -> None:
         if self._writer is not None:
@@ -51,8 +70,13 @@ class HTTPConnection:
 
     async def get(self, path: str, kind: str, timeout_s: float,
                   scheduled: float | None = None) -> Request:
+        """Send one GET and return its row. Never raises for anything the
+        peer or the network does: every outcome is a row with a class, and a
+        cancelled request (the run ended) is an UNFINISHED row."""
         start = time.time()
         status: int | None = None
+        error: str | None
+        detail: str | None = None
         try:
             async with asyncio.timeout(timeout_s):
                 if not self.is_open:
@@ -60,24 +84,37 @@ class HTTPConnection:
                 self._writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
                 await self._writer.drain()
                 status, headers = await self._read_head()
-                body = await self._read_body(headers)
+                body = await self._read_body(status, headers)
+        except asyncio.CancelledError:
+            # Recorded, not propagated: the caller that cancelled this request
+            # (open_loop ending) wants its row, and nothing else awaits it.
+            asyncio.current_task().uncancel()
+            error, detail = UNFINISHED, "still running when the run ended"
         except TimeoutError:
-            self.close()
-            return self._row(kind, start, status, TRUNCATED if status else TIMEOUT, scheduled)
+            error = TRUNCATED if status else TIMEOUT
         except ConnectionRefusedError:
-            self.close()
-            return self._row(kind, start, None, REFUSED, scheduled)
-        except (ConnectionError, asyncio.IncompleteReadError, OSError):
-            self.close()
+            error = REFUSED
+        except (ProtocolError, asyncio.LimitOverrunError) as exc:
+            error, detail = PROTOCOL, _describe(exc)
+        except (ConnectionError, asyncio.IncompleteReadError, OSError) as exc:
             # A response whose head arrived but whose body did not is truncated;
-            # one that never started is a reset (the lab saw both, see specs).
-            return self._row(kind, start, status, TRUNCATED if status else RESET, scheduled)
-        if headers.get("connection", "").lower() == "close":
-            self.close()
-        row = self._row(kind, start, status, None if 200 <= status < 300 else str(status),
-                        scheduled)
-        if row.error is None:
-            row.replica, row.node = _identity(body)
+            # one that never started is a reset. Both happen when HAProxy's old
+            # worker is hard-stopped.
+            error, detail = (TRUNCATED if status else RESET), _describe(exc)
+        except Exception as exc:  # noqa: BLE001 - a client bug still gets its row
+            error, detail = CLIENT, _describe(exc)
+        else:
+            if headers.get("connection", "").lower() == "close" or "content-length" not in \
+                    headers and "chunked" not in headers.get("transfer-encoding", ""):
+                self.close()
+            row = self._row(kind, start, status, None if 200 <= status < 300 else str(status),
+                            scheduled)
+            if row.error is None:
+                row.replica, row.node = _identity(body)
+            return row
+        self.close()
+        row = self._row(kind, start, status, error, scheduled)
+        row.detail = detail
         return row
 
     def _row(self, kind, start, status, error, scheduled) -> Request:
@@ -86,28 +123,60 @@ class HTTPConnection:
 
     async def _read_head(self) -> tuple[int, dict[str, str]]:
         raw = await self._reader.readuntil(b"\r\n\r\n")
-        if len(raw) > _MAX_HEADER:
-            raise ConnectionError("response head too large")
-        lines = raw.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ", 2)[1])
+        status_line, _, rest = raw.partition(b"\r\n")
+        match = _STATUS_LINE.fullmatch(status_line)
+        if not match:
+            raise ProtocolError(f"not an HTTP/1.1 status line: {status_line[:80]!r}")
         headers = {}
-        for line in lines[1:]:
-            if ":" in line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        return status, headers
+        for line in rest.decode("latin-1").split("\r\n"):
+            if not line:
+                continue
+            name, colon, value = line.partition(":")
+            if not colon or not name.strip():
+                raise ProtocolError(f"not a header line: {line[:80]!r}")
+            headers[name.strip().lower()] = value.strip()
+        return int(match.group(1)), headers
 
-    async def _read_body(self, headers: dict[str, str]) -> bytes:
+    async def _read_body(self, status: int, headers: dict[str, str]) -> bytes:
         if headers.get("transfer-encoding", "").lower() == "chunked":
             chunks = []
             while True:
-                size = int((await self._reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                line = await self._reader.readuntil(b"\r\n")
+                size_text = line.split(b";")[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    raise ProtocolError(f"bad chunk size {size_text[:40]!r}") from None
                 chunk = await self._reader.readexactly(size + 2)
+                if chunk[-2:] != b"\r\n":
+                    raise ProtocolError(f"chunk of {size} bytes not followed by CRLF")
                 if size == 0:
                     return b"".join(chunks)
                 chunks.append(chunk[:-2])
-        length = int(headers.get("content-length", "0"))
-        return await self._reader.readexactly(length)
+        if status < 200 or status in (204, 304):
+            return b""
+        if "content-length" not in headers:
+            # HTTP/1.1 without a length: the body runs to the connection's end.
+            return await self._reader.read()
+        text = headers["content-length"]
+        if not text.isdigit():
+            raise ProtocolError(f"bad Content-Length {text[:40]!r}")
+        return await self._reader.readexactly(int(text))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def send(history: History, conn: HTTPConnection, path: str, kind: str,
+               timeout_s: float) -> Request:
+    """One request outside the open loop, scheduled in the history before it
+    is sent so that it has its row whatever happens."""
+    ticket = history.schedule()
+    row = await conn.get(path, kind, timeout_s)
+    history.record(ticket, row)
+    return row
 
 
 def _identity(body: bytes) -> tuple[str | None, str | None]:
@@ -156,37 +225,66 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
     """Open loop: request k is due at t0 + k/rate whether or not earlier ones
     finished, so a slow cluster shows up as latency and errors, not as a lower
     offered rate. A request waits for a free connection only when all
-    `connections` are busy; `scheduled` in its row records how late it started.
-    Bounded by duration and count; the last requests get `timeout_s` to end."""
+    `connections` are busy; `scheduled` in its row records how late it started,
+    and the wait counts toward its `timeout_s`. Bounded by duration and count.
+
+    Every request scheduled here gets exactly one row: one that never found a
+    free connection in time is a TIMEOUT, and one still running when the loop
+    ends (or is cancelled) is UNFINISHED."""
     rng = random.Random(spec.seed)
     idle: asyncio.Queue[HTTPConnection] = asyncio.Queue()
     for number in range(spec.connections):
         idle.put_nowait(HTTPConnection(host, port, number))
+    loop = asyncio.get_running_loop()
 
-    async def one(kind: str, path: str, due: float) -> None:
-        conn = await idle.get()
+    async def one(ticket: int, kind: str, path: str, due: float) -> None:
+        deadline = loop.time() + spec.timeout_s
         try:
-            history.add_request(await conn.get(path, kind, spec.timeout_s, scheduled=due))
+            async with asyncio.timeout_at(deadline):
+                conn = await idle.get()
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            if cancelled:
+                asyncio.current_task().uncancel()
+            now = time.time()
+            history.record(ticket, Request(
+                kind=kind, start=now, end=now, status=None,
+                error=UNFINISHED if cancelled else TIMEOUT, scheduled=due,
+                detail="never sent: no connection was free"
+                       + (" when the run ended" if cancelled else f" within {spec.timeout_s:g} s")))
+            return
+        try:
+            row = await conn.get(path, kind, max(0.0, deadline - loop.time()), scheduled=due)
+            history.record(ticket, row)
         finally:
             idle.put_nowait(conn)
 
     tasks: set[asyncio.Task] = set()
-    t0 = time.time()
-    for k in range(spec.max_requests):
-        due = t0 + k / spec.rate
-        if due - t0 >= spec.duration_s:
-            break
-        delay = due - time.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        kind, path = spec.mix.draw(rng)
-        task = asyncio.create_task(one(kind, path, due))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.wait(tasks, timeout=spec.timeout_s + 5)
-    while not idle.empty():
-        idle.get_nowait().close()
+    try:
+        t0 = time.time()
+        for k in range(spec.max_requests):
+            due = t0 + k / spec.rate
+            if due - t0 >= spec.duration_s:
+                break
+            delay = due - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            kind, path = spec.mix.draw(rng)
+            task = asyncio.create_task(one(history.schedule(), kind, path, due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            # Each request ends within its timeout; the margin is for the
+            # event loop, not for the requests.
+            await asyncio.wait(set(tasks), timeout=spec.timeout_s + 5)
+    finally:
+        # Whatever is left is recorded as unfinished by the tasks themselves.
+        for task in list(tasks):
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        while not idle.empty():
+            idle.get_nowait().close()
 
 
 async def closed_loop(host: str, port: int, count: int, connections: int, history: History,
@@ -198,7 +296,7 @@ async def closed_loop(host: str, port: int, count: int, connections: int, histor
     async def worker(number: int) -> None:
         conn = HTTPConnection(host, port, number)
         for _ in remaining:
-            history.add_request(await conn.get(path, "short", timeout_s))
+            await send(history, conn, path, "short", timeout_s)
         conn.close()
 
     await asyncio.gather(*(worker(n) for n in range(connections)))

@@ -3,7 +3,9 @@ timeline.png to see at a glance when requests failed relative to the faults.
 
 This is the one place that writes reports. It formats verdicts the checker already
 computed; it does not judge anything itself. Raw histories are saved by the caller
-(History.save), so report.json holds only verdicts and meta.
+(History.save); report.json holds each run's meta and verdict and, for a scenario,
+its judgement (checks, facts and findings), so that other tools read results
+from it rather than from the markdown.
 """
 
 from __future__ import annotations
@@ -34,12 +36,15 @@ def write_report(
     title: str,
     runs: dict[str, tuple[History, Verdict]],
     sections: dict[str, str] | None = None,
+    judgement: dict | None = None,
 ) -> dict[str, Path]:
     """Write report.md, report.json and timeline.png into out_dir.
 
     `runs` maps a column name (e.g. "stock 2.59.0") to its history and verdict;
-    `sections` maps a heading to a markdown block the scenario supplies. Returns
-    the written paths under the keys "md", "json" and "png".
+    `sections` maps a heading to a markdown block the scenario supplies;
+    `judgement` (JSON data: a scenario's checks, facts and findings) goes into
+    report.json as it is. Returns the written paths under the keys "md", "json"
+    and "png".
     """
     if not runs:
         raise ValueError("write_report needs at least one run; nothing was written")
@@ -50,7 +55,7 @@ def write_report(
         "png": out_dir / PNG_NAME,
     }
     paths["md"].write_text(_markdown(title, runs, sections or {}))
-    paths["json"].write_text(_json(title, runs))
+    paths["json"].write_text(_json(title, runs, judgement))
     _timeline(paths["png"], runs)
     return paths
 
@@ -60,8 +65,13 @@ def _markdown(
 ) -> str:
     verdicts = {name: verdict for name, (_, verdict) in runs.items()}
     thresholds = sorted({format_percent(v.threshold) for v in verdicts.values()})
-    parts = [
-        f"# {title}",
+    parts = [f"# {title}"]
+    gaps = [f"- {name}: {v.record_gap}" for name, v in verdicts.items() if v.record_gap]
+    if gaps:
+        parts.append("**The record is incomplete: requests were scheduled that have no row, "
+                     "or more than one, so these runs FAILED whatever their rows say.**\n\n"
+                     + "\n".join(gaps))
+    parts += [
         "## Side by side",
         side_by_side(verdicts),
         "## Runs",
@@ -119,23 +129,47 @@ def _run_detail(name: str, v: Verdict) -> list[str]:
     if v.marks:
         out.append("Marks:\n\n" + "\n".join(f"- {m.time:.1f}s {m.label}" for m in v.marks))
     if v.kinds:
-        rows = [
-            "| Kind | Requests | Failures | p50 | p99 | max |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for kind, k in v.kinds.items():
-            lat = k.latency
-            cells = (
-                [f"{lat.p50:.3f}s", f"{lat.p99:.3f}s", f"{lat.max:.3f}s"]
-                if lat
-                else ["-", "-", "-"]
-            )
-            rows.append(f"| {kind} | {k.requests:,} | {k.failures:,} | " + " | ".join(cells) + " |")
-        out.append("\n".join(rows))
+        out.append(_latency_table(v))
+        out.append(_outcome_table(v))
     return out
 
 
-def _json(title: str, runs: dict[str, tuple[History, Verdict]]) -> str:
+def _latency_table(v: Verdict) -> str:
+    rows = [
+        "Latency of successful requests, from the send and from the time the open loop"
+        " scheduled it (which counts the wait for a connection).",
+        "",
+        "| Kind | Requests | Failures | From | p50 | p90 | p99 | p99.9 | max |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind, k in v.kinds.items():
+        for origin, lat in (("send", k.latency), ("schedule", k.latency_from_scheduled)):
+            cells = (
+                [f"{x:.3f}s" for x in (lat.p50, lat.p90, lat.p99, lat.p999, lat.max)]
+                if lat
+                else ["-"] * 5
+            )
+            counts = [f"{k.requests:,}", f"{k.failures:,}"] if origin == "send" else ["", ""]
+            rows.append(f"| {kind if origin == 'send' else ''} | " + " | ".join(counts)
+                        + f" | {origin} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _outcome_table(v: Verdict) -> str:
+    kinds = list(v.kinds)
+    rows = [
+        "Status codes and error classes:",
+        "",
+        "| Outcome | " + " | ".join(kinds) + " | all |",
+        "|---|" + "---:|" * (len(kinds) + 1),
+    ]
+    for outcome, total in v.outcomes.items():
+        cells = [f"{v.kinds[k].outcomes.get(outcome, 0):,}" for k in kinds]
+        rows.append(f"| {outcome} | " + " | ".join(cells) + f" | {total:,} |")
+    return "\n".join(rows)
+
+
+def _json(title: str, runs: dict[str, tuple[History, Verdict]], judgement: dict | None) -> str:
     doc = {
         "title": title,
         "runs": {
@@ -143,6 +177,8 @@ def _json(title: str, runs: dict[str, tuple[History, Verdict]]) -> str:
             for name, (history, verdict) in runs.items()
         },
     }
+    if judgement is not None:
+        doc["judgement"] = judgement
     # default=str: meta is free-form and may carry a Path or a datetime.
     return json.dumps(doc, indent=2, default=str) + "\n"
 

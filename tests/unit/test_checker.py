@@ -163,6 +163,39 @@ def test_latency_of_successes_overall_and_per_kind():
     assert list(v.kinds) == ["short", "long"]
 
 
+def test_latency_from_the_schedule_counts_the_wait_for_a_connection():
+    history = History({"label": "co"})
+    # Due at 0 s but sent at 0.9 s (no connection was free), answered at 1.0 s.
+    for _ in range(1000):
+        history.add_request(Request("short", T + 0.9, T + 1.0, 200, None, scheduled=T))
+    v = check(history).kinds["short"]
+    assert v.latency.p999 == pytest.approx(0.1)
+    assert v.latency_from_scheduled.p50 == pytest.approx(1.0)
+    assert v.outcomes == {"200": 1000}
+
+
+def test_outcomes_break_failures_down_by_status_and_class():
+    history = _steady(10, {1: "500", 2: "reset", 3: "reset"})
+    history.add_request(Request("short", T, T + 1, 200, "truncated"))
+    assert check(history).outcomes == {"200": 7, "reset": 2, "500": 1, "truncated": 1}
+
+
+def test_a_history_missing_rows_fails_and_names_the_gap():
+    history = _steady(10, {})
+    lost = [history.schedule() for _ in range(3)]
+    v = check(history)
+    assert not v.passed and v.failures == 0
+    assert v.scheduled == 13 and v.record_gap.startswith("13 requests scheduled, 10 rows")
+    assert f"tickets {lost[0]}, {lost[1]}, {lost[2]}" in v.record_gap
+    assert "INCOMPLETE" in side_by_side({"run": v})
+
+
+def test_a_doubled_row_is_a_gap_too():
+    history = _steady(3, {})
+    history.requests.append(dataclasses.replace(history.requests[0]))
+    assert "more than one row (tickets 0)" in check(history).record_gap
+
+
 def test_verdict_is_json_and_survives_a_saved_history(tmp_path: Path):
     history = _faulty()
     history.save(tmp_path / "h.jsonl")

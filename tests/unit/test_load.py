@@ -165,3 +165,134 @@ def test_open_loop_honours_the_request_cap():
         return history
 
     assert len(run(main()).requests) == 25
+
+
+# --- the record is complete: one row per scheduled request, whatever the server does
+
+
+def _open_loop(handler, requests: int = 5, connections: int = 2, timeout_s: float = 1.0,
+               cancel_after_s: float | None = None) -> History:
+    """`requests` scheduled over 0.25 s against a server running `handler`."""
+    async def main():
+        server, port = await _serve(handler)
+        history = History()
+        spec = LoadSpec(rate=requests / 0.25, duration_s=0.25, connections=connections,
+                        timeout_s=timeout_s)
+        load = asyncio.create_task(open_loop("127.0.0.1", port, spec, history))
+        if cancel_after_s is None:
+            await load
+        else:
+            await asyncio.sleep(cancel_after_s)
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+        server.close()
+        return history
+
+    history = run(main())
+    assert history.scheduled == requests
+    assert len(history.requests) == requests and history.record_gap() is None
+    assert sorted(r.id for r in history.requests) == list(range(requests))
+    return history
+
+
+def _answer(data: bytes, then_hang: bool = False):
+    async def handler(reader, writer):
+        try:
+            while True:
+                await _read_request(reader)
+                writer.write(data)
+                await writer.drain()
+                if then_hang:
+                    await asyncio.sleep(30)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    return handler
+
+
+def _classes(history: History) -> set:
+    return {r.error for r in history.requests}
+
+
+@pytest.mark.parametrize("name, response, detail", [
+    ("head over 64 KiB", b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+     "LimitOverrunError"),
+    ("garbage status line", b"GARBAGE\r\n\r\n", "not an HTTP/1.1 status line"),
+    ("non-numeric status", b"HTTP/1.1 abc OK\r\nContent-Length: 0\r\n\r\n",
+     "not an HTTP/1.1 status line"),
+    ("bad chunk size", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n",
+     "bad chunk size"),
+    ("non-numeric Content-Length", b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n",
+     "bad Content-Length"),
+])
+def test_invalid_http_is_a_recorded_protocol_failure(name, response, detail):
+    history = _open_loop(_answer(response))
+    assert _classes(history) == {"protocol"}, name
+    assert all(detail in r.detail for r in history.requests), [r.detail for r in history.requests]
+
+
+def test_a_body_longer_than_its_content_length_corrupts_the_next_answer():
+    # The head promises 5 bytes less than the body that follows it.
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(OK_BODY) - 5}\r\n\r\n".encode()
+    history = _open_loop(_answer(head + OK_BODY), connections=1)
+    first, *rest = sorted(history.requests, key=lambda r: r.id)
+    assert first.error is None
+    # The leftover bytes are read as the next response's status line.
+    assert "protocol" in {r.error for r in rest}
+
+
+def test_a_body_shorter_than_its_content_length_is_truncated():
+    history = _open_loop(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhalf",
+                                 then_hang=True), timeout_s=0.5, connections=5)
+    assert _classes(history) == {"truncated"}
+
+
+def test_head_then_hang_is_truncated():
+    history = _open_loop(_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                 then_hang=True), timeout_s=0.5, connections=5)
+    assert _classes(history) == {"truncated"}
+    assert all(r.status == 200 for r in history.requests)
+
+
+def test_closed_mid_chunk_is_truncated():
+    async def handler(reader, writer):
+        await _read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nonly-half")
+        await writer.drain()
+        writer.close()
+
+    assert _classes(_open_loop(handler)) == {"truncated"}
+
+
+def test_never_answers_is_a_timeout_and_the_wait_for_a_connection_counts():
+    async def handler(reader, writer):
+        await asyncio.sleep(30)
+
+    started = time.time()
+    history = _open_loop(handler, connections=1, timeout_s=0.5)
+    assert _classes(history) == {"timeout"}
+    # One connection, held by each request until its timeout: the later ones
+    # spend most of theirs waiting for it, and still end within it of when
+    # they were due (not 5 x 0.5 s after the first).
+    assert all(r.end <= r.scheduled + 0.5 + 0.2 for r in history.requests)
+    assert time.time() - started < 3
+
+
+def test_requests_running_when_the_run_ends_are_unfinished():
+    async def handler(reader, writer):
+        await asyncio.sleep(30)
+
+    history = _open_loop(handler, connections=2, timeout_s=30, cancel_after_s=0.5)
+    assert _classes(history) == {"unfinished"}
+    assert sum("never sent" in r.detail for r in history.requests) == 3
+
+
+def test_an_unexpected_client_exception_is_recorded_with_its_text(monkeypatch):
+    async def broken(self, status, headers):
+        raise RuntimeError("a bug in the client")
+
+    monkeypatch.setattr(HTTPConnection, "_read_body", broken)
+    history = _open_loop(_answer(_response(200, OK_BODY)))
+    assert _classes(history) == {"client"}
+    assert all(r.detail == "RuntimeError: a bug in the client" for r in history.requests)
