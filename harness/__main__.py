@@ -104,7 +104,7 @@ def cmd_run(args) -> None:
     import inspect
 
     from harness import images
-    from harness.errors import HarnessError
+    from harness.errors import HarnessError, VerdictFailed
     from harness.scenarios import SCENARIOS, run_scenario
 
     if args.scenario not in SCENARIOS:
@@ -121,8 +121,8 @@ def cmd_run(args) -> None:
     print(outcome.report["md"].read_text())
     print(f"report: {outcome.report['md'].parent}  ({outcome.wall_s:.0f}s)")
     if not outcome.as_expected:
-        raise HarnessError(f"{args.scenario}: the outcome is not what the scenario claims: "
-                           + "; ".join(outcome.findings))
+        raise VerdictFailed(f"{args.scenario}: the outcome is not what the scenario claims: "
+                            + "; ".join(outcome.findings))
 
 
 def cmd_bench(args) -> None:
@@ -192,31 +192,38 @@ def cmd_status(args) -> None:
 
 def cmd_soak(args) -> None:
     from harness import soak
-    from harness.errors import HarnessError
+    from harness.errors import VerdictFailed
 
     results = soak.soak(args.runs, args.minutes, args.interval)
     soak.print_soak(results)
     # The ladder is the claim; Ray's defaults are the comparison, reported only.
     failed = [v.label for v in results[soak.LADDER_CONFIG] if not v.passed]
     if failed:
-        raise HarnessError(f"soak: {', '.join(failed)} failed seed 002's 0.01% threshold")
+        raise VerdictFailed(f"soak: {', '.join(failed)} failed seed 002's 0.01% threshold")
 
 
 def cmd_ladder(args) -> None:
+    from harness.errors import VerdictFailed, VerdictUnknown
     from harness.ladder import check_file
 
     result = check_file(Path(args.file))
     print(result.render())
-    if result.exit_code:
-        # A verdict, not a usage error: the report above says which orderings.
-        sys.exit(result.exit_code)
+    # The report above names the orderings and their arithmetic; these say what to do.
+    if result.exit_code == 1:
+        raise VerdictFailed(f"ladder check: {args.file}: the ladder fails (the `failing:` "
+                            f"orderings above); change the values their rows name and "
+                            f"check again")
+    if result.exit_code == 3:
+        raise VerdictUnknown(f"ladder check: {args.file}: no ordering fails, but the "
+                             f"`unknown` ones above need values the file does not give; "
+                             f"add them to get a verdict")
 
 
 def cmd_upstream(args) -> None:
     """The series as upstream pull requests: branches, descriptions, and a
     check against another Ray release."""
     from harness import upstream, wheels
-    from harness.errors import HarnessError
+    from harness.errors import HarnessError, VerdictFailed
     from harness.pin import load_pin, read_series
 
     pin = load_pin()
@@ -225,6 +232,14 @@ def cmd_upstream(args) -> None:
 
         print(upstream.pr_body(args.patch, read_series(), RESULTS_DIR), end="")
         return
+    if args.action == "rebase-check":
+        # Checked before any download: a release PIN does not know is bad input.
+        try:
+            release = pin.release(args.version)
+        except HarnessError as exc:
+            raise HarnessError(f"{exc} Every wheel is checked against the sha256 that "
+                               f"patches/PIN records, so only those releases can be "
+                               f"checked.") from exc
     pinned_house = wheels.ensure_wheelhouse(pin.ray)
     pinned_wheel = wheels.verify_ray_wheel(pinned_house, pin.ray)
     if args.action == "standin":
@@ -238,17 +253,10 @@ def cmd_upstream(args) -> None:
                                       pinned_wheel, env, force=args.force)
         print(result.format())
         if result.failed:
-            print(f"error: tests failed on {', '.join(r.name for r in result.failed)} (see "
-                  f"above); the branches were created. Fix the patch in the workspace, "
-                  f"export it, and run again with --force.", file=sys.stderr)
-            sys.exit(1)
+            raise VerdictFailed(f"tests failed on {', '.join(r.name for r in result.failed)} "
+                                f"(see above); the branches were created. Fix the patch in "
+                                f"the workspace, export it, and run again with --force.")
     elif args.action == "rebase-check":
-        try:
-            release = pin.release(args.version)
-        except HarnessError as exc:
-            raise HarnessError(f"{exc} Every wheel is checked against the sha256 that "
-                               f"patches/PIN records, so only those releases can be "
-                               f"checked.") from exc
         house = wheels.ensure_wheelhouse(release)
         wheel = wheels.verify_ray_wheel(house, release)
         env = upstream.ensure_test_env(release, house)
@@ -256,12 +264,34 @@ def cmd_upstream(args) -> None:
                                        env)
         print(result.format())
         if not result.ok:
-            # A verdict, not a usage error: the rows above say which patch.
-            sys.exit(1)
+            raise VerdictFailed(f"rebase-check: a patch does not apply to, or fails its "
+                                f"tests on, Ray {release.version}; the rows above name it and "
+                                f"where. It ran in a temporary repo; nothing was changed.")
+
+
+EXIT_CODES = """\
+exit codes (every verb):
+  0    pass: the command did what it says, and its verdict, if it gives one, is pass
+  1    the verdict failed: a scenario's checks or expectation, the soak's threshold,
+       a ladder ordering, a patch that does not apply or whose tests fail
+       (rebase-check, upstream branches)
+  2    bad usage or input, or a precondition not met (no venv, no Docker daemon):
+       nothing was judged; the message says what to fix
+  3    unknown: no verdict. `ladder check` when no ordering fails but some need
+       values the file does not give; any verb when the harness itself fails
+       unexpectedly (a bug: the traceback is printed)
+  130  interrupted (Ctrl-C or SIGTERM); what was being created has been removed
+Through make, 0 stays 0 but every failure is make's own 2 (GNU make exits 2
+whenever a recipe fails); the make targets print the harness's code, and a
+script that needs it runs .venv/bin/python -m harness VERB instead.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__)
+    # Raw, so the exit-code table keeps its lines; __doc__ is wrapped by hand.
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
+                                     epilog=EXIT_CODES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="verb", required=True)
 
     p = sub.add_parser("wheelhouse", help="download the wheels of a Ray release once")
@@ -309,10 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     ladder = p.add_subparsers(dest="action", required=True)
     c = ladder.add_parser(
         "check", help="check the ladder of a YAML service description",
-        description="Check every ordering A-J of the timeout ladder (specs/drain-and-preemption"
-                    ".md section 4.2) on a YAML service description; examples/ladder/ has "
-                    "three. Exit 0: every ordering holds; 1: one fails; 2: the file is wrong; "
-                    "3: none fails but some need values the file does not give.")
+        description="Check every ordering A-J of the timeout ladder (how Serve's, HAProxy's, "
+                    "the load balancer's and the clients' timeouts must nest inside the spot "
+                    "notice so a node retires without cutting a request) on a YAML service "
+                    "description; examples/ladder/ has three. Exit 0: every "
+                    "ordering holds; 1: one fails; 2: the file is wrong; 3: none fails but "
+                    "some need values the file does not give.")
     c.add_argument("file", help="e.g. examples/ladder/seed-002.yaml")
     p.set_defaults(func=cmd_ladder)
 
@@ -361,6 +393,9 @@ def _raise_interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The exit code, by EXIT_CODES: each HarnessError carries its own."""
+    import traceback
+
     from harness.errors import HarnessError
 
     args = build_parser().parse_args(argv)
@@ -369,12 +404,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        print(f"{exc.label}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted: what was being created has been removed; "
               "`python -m harness status` shows anything left.", file=sys.stderr)
         return 130
+    except Exception:
+        # A bug, not a verdict: Python's own exit 1 would read as "failed".
+        traceback.print_exc()
+        print(f"error: `python -m harness {args.verb}` failed unexpectedly (the traceback "
+              f"above is a bug in the harness), so there is no verdict: exit 3. Nothing "
+              f"was judged; report the traceback.", file=sys.stderr)
+        return 3
     return 0
 
 

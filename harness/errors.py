@@ -1,9 +1,32 @@
-"""The one exception type the harness raises for a user's mistake or environment.
+"""The exceptions the harness raises for what it can explain, each with the exit
+code `python -m harness` gives it (the convention is in `python -m harness --help`).
 
-Its message says what happened, what was left untouched and what to do next;
-`python -m harness` prints it without a traceback and exits 2.
+Their message says what happened, what was left untouched and what to do next;
+`python -m harness` prints it without a traceback.
 """
 
 
 class HarnessError(Exception):
-    pass
+    """A user's mistake or an environment the harness cannot work in (bad usage,
+    a bad input file, no Docker daemon): nothing was judged, exit 2."""
+
+    exit_code = 2
+    label = "error"
+
+
+class VerdictFailed(HarnessError):
+    """The command ran to the end and its verdict is "fail" (a scenario's checks, the
+    soak's threshold, a ladder ordering, a patch that does not apply or whose tests
+    fail): exit 1. A subclass so every caller that stops on a HarnessError stops here
+    too, but a script can tell "it is broken" from "you called it wrong"."""
+
+    exit_code = 1
+    label = "failed"
+
+
+class VerdictUnknown(HarnessError):
+    """The command ran but cannot say pass or fail (a ladder ordering that needs a
+    value the description does not give): exit 3."""
+
+    exit_code = 3
+    label = "unknown"
