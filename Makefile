@@ -9,6 +9,17 @@ HARNESS := $(PY) -m harness
 SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 PATCH_TESTS = $(SITE)/ray/serve/tests/unit
 
+# GNU make exits 2 whenever a recipe fails, whatever code the recipe exited with: its
+# own status is only ever 0, 2, or 1 under -q (so its manual says, and GNU make 4.3 here
+# does so with .ONESHELL, `exit $$rc` and -k alike). So no target can exit with the
+# harness's 1 or 3. Every harness run goes through `$(call harness_run,COMMAND)`: it
+# echoes COMMAND as make would, runs it, and on failure says the harness's own code and
+# what it means, then fails with that code (make's "Error N" line repeats it). A script
+# that needs the code itself runs .venv/bin/python -m harness VERB (README: Exit codes).
+# harness_rc alone is that failure report, for a run that must not echo (pr-body).
+harness_rc = || { rc=$$?; case $$rc in 1) what='the verdict failed';; 2) what='bad usage or input';; 3) what='unknown: no verdict';; 130) what='interrupted';; *) what='see above';; esac; echo "make $@: the harness exited $$rc ($$what); make exits 2 for any failure, so for the harness's own code run: $(subst ",\",$(1))" >&2; exit $$rc; }
+harness_run = echo "$(subst ",\",$(1))"; $(1) $(call harness_rc,$(1))
+
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
         images up down status bench-load bench-health bench-membership soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
@@ -17,50 +28,50 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
 
 $(PY):
-	$(PYTHON) -m harness setup
+	@$(call harness_run,$(PYTHON) -m harness setup)
 
 setup: ## create .venv with the pinned ray[serve] (offline, sha256-checked) and the project's deps
-	$(PYTHON) -m harness setup
+	@$(call harness_run,$(PYTHON) -m harness setup)
 
 apply-patches: $(PY) ## apply the series to .venv (or to RAY_SRC=path with git am), all or nothing
-	$(HARNESS) patches apply
+	@$(call harness_run,$(HARNESS) patches apply)
 
 revert-patches: $(PY) ## undo apply-patches in .venv
-	$(HARNESS) patches revert
+	@$(call harness_run,$(HARNESS) patches revert)
 
 patch-status: $(PY) ## which patches are applied, and which patched files were edited since
-	$(HARNESS) patches status
+	@$(call harness_run,$(HARNESS) patches status)
 
 workspace: $(PY) ## build/ray-src: the pinned serve tree plus one commit per patch, to edit with git
-	$(HARNESS) patches workspace
+	@$(call harness_run,$(HARNESS) patches workspace)
 
 export-patches: $(PY) ## write build/ray-src's commits back to patches/ and patches/series
-	$(HARNESS) patches export
+	@$(call harness_run,$(HARNESS) patches export)
 
 .PHONY: pr-branches pr-body rebase-check
 pr-branches: $(PY) ## one stacked, tested branch per patch on a Ray checkout at the pin: make pr-branches RAY_SRC=path [FORCE=1]
 	@test -n "$(RAY_SRC)" || { echo "usage: make pr-branches RAY_SRC=/path/to/ray [FORCE=1] (a stand-in: python -m harness upstream standin)" >&2; exit 2; }
-	$(HARNESS) upstream branches $(RAY_SRC) $(if $(FORCE),--force)
+	@$(call harness_run,$(HARNESS) upstream branches $(RAY_SRC) $(if $(FORCE),--force))
 
 pr-body: $(PY) ## a patch's PR description with the latest harness results: make pr-body PATCH=0001
 	@test -n "$(PATCH)" || { echo "usage: make pr-body PATCH=0001 (a number from patches/series)" >&2; exit 2; }
-	@$(HARNESS) upstream body $(PATCH)
+	@$(HARNESS) upstream body $(PATCH) $(call harness_rc,$(HARNESS) upstream body $(PATCH))
 
 rebase-check: $(PY) ## does each patch apply to, and pass on, another release: make rebase-check RAY_VERSION=2.59.0
 	@test -n "$(RAY_VERSION)" || { echo "usage: make rebase-check RAY_VERSION=x.y.z (a release patches/PIN names)" >&2; exit 2; }
-	$(HARNESS) upstream rebase-check $(RAY_VERSION)
+	@$(call harness_run,$(HARNESS) upstream rebase-check $(RAY_VERSION))
 
 images: $(PY) ## build the node images: 2.60.0 stock and patched, 2.59.0 stock (only what changed)
-	$(HARNESS) images
+	@$(call harness_run,$(HARNESS) images)
 
 up: $(PY) ## start a 3-node cluster with the echo app behind the front LB on 127.0.0.1:18000
-	$(HARNESS) up
+	@$(call harness_run,$(HARNESS) up)
 
 down: $(PY) ## remove every container and network the harness created
-	$(HARNESS) down --all
+	@$(call harness_run,$(HARNESS) down --all)
 
 status: $(PY) ## list the harness's containers
-	$(HARNESS) status --all
+	@$(call harness_run,$(HARNESS) status --all)
 
 unit-test: $(PY) ## fast tests: harness logic, patch tooling (no Docker)
 	$(PY) -m pytest -m "not integration" -q
@@ -69,7 +80,7 @@ patch-test: apply-patches ## the patches' own unit tests, in Ray's tree, against
 	$(PY) -m pytest -q -p no:cacheprovider $(PATCH_TESTS)
 
 mutation-check: apply-patches ## remove each guarded piece of the push-health patches; a test must fail
-	$(PY) -m harness.mutation --site-packages $(SITE)
+	@$(call harness_run,$(PY) -m harness.mutation --site-packages $(SITE))
 
 integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, real HTTP
 	$(PY) -m pytest -m integration -s -v
@@ -81,22 +92,22 @@ test: mutation-check ## every test: mutation check, unit, the patches' tests, in
 	  exit $$rc
 
 bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one run
-	$(HARNESS) bench load
+	@$(call harness_run,$(HARNESS) bench load)
 
 bench-health: $(PY) ## controller probe submissions and CPU per health period, pull vs push
-	$(HARNESS) bench health
+	@$(call harness_run,$(HARNESS) bench health)
 
 bench-membership: $(PY) ## HAProxy reloads and change-to-routing latency per replica change, stock vs patched
-	$(HARNESS) bench membership
+	@$(call harness_run,$(HARNESS) bench membership)
 
 SOAK_RUNS ?= 3
 SOAK_MINUTES ?= 10
 soak: $(PY) ## spot preemption every ~3 min under load, seed-002 ladder vs Ray defaults (SOAK_RUNS x SOAK_MINUTES each)
-	$(HARNESS) soak --runs $(SOAK_RUNS) --minutes $(SOAK_MINUTES)
+	@$(call harness_run,$(HARNESS) soak --runs $(SOAK_RUNS) --minutes $(SOAK_MINUTES))
 
 ladder-check: $(PY) ## check a timeout ladder, orderings A-J: make ladder-check FILE=examples/ladder/seed-002.yaml
 	@test -n "$(FILE)" || { echo "usage: make ladder-check FILE=path.yaml (see examples/ladder/)" >&2; exit 2; }
-	$(HARNESS) ladder check $(FILE)
+	@$(call harness_run,$(HARNESS) ladder check $(FILE))
 
 lint: $(PY) ## ruff
 	$(PY) -m ruff check harness tests

@@ -1,0 +1,77 @@
+"""What `make` does with the harness's exit codes. GNU make exits 2 whenever a
+recipe fails, whatever the recipe's own code, so `make ladder-check` can only
+be 0 or 2; what it can do, and must, is fail exactly when the harness does and
+say the harness's real code. These tests pin both, and that every harness run
+in the Makefile goes through the wrapper that says it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "ladder"
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+
+
+def _make(*args: str) -> subprocess.CompletedProcess[str]:
+    # Not the outer make's flags or jobserver when this runs under `make unit-test`;
+    # PY is this interpreter, so make never tries to build .venv.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), *args,
+                           f"PY={sys.executable}"],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.fixture
+def ladder_files(tmp_path: Path) -> dict[str, Path]:
+    fixed = (EXAMPLES / "seed-002-fixed.yaml").read_text()
+    unknown = tmp_path / "unknown.yaml"
+    # Without the LB's deregistration time ordering G can only be unknown.
+    unknown.write_text(fixed.replace("load_balancer:\n  deregistration: 2s\n", ""))
+    malformed = tmp_path / "malformed.yaml"
+    malformed.write_text("node_env: [\n")
+    return {"pass": EXAMPLES / "seed-002-fixed.yaml", "fail": EXAMPLES / "seed-002.yaml",
+            "unknown": unknown, "malformed": malformed}
+
+
+@pytest.mark.parametrize("case, harness_code", [
+    ("pass", 0), ("fail", 1), ("unknown", 3), ("malformed", 2)])
+def test_ladder_check_through_make(ladder_files, case: str, harness_code: int) -> None:
+    path = ladder_files[case]
+    direct = subprocess.run([sys.executable, "-m", "harness", "ladder", "check", str(path)],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert direct.returncode == harness_code, direct.stderr
+
+    run = _make("ladder-check", f"FILE={path}")
+    # GNU make's own status: 0, or 2 for any failed recipe.
+    assert run.returncode == (0 if harness_code == 0 else 2), run.stderr
+    if harness_code:
+        assert f"make ladder-check: the harness exited {harness_code} (" in run.stderr
+        assert f"run: {sys.executable} -m harness ladder check {path}" in run.stderr
+        assert "[Makefile:" in run.stderr and f"ladder-check] Error {harness_code}" in run.stderr
+    else:
+        assert "the harness exited" not in run.stderr
+
+
+def test_ladder_check_without_file_is_usage(ladder_files) -> None:
+    run = _make("ladder-check")
+    assert run.returncode == 2 and "usage: make ladder-check FILE=" in run.stderr
+
+
+def test_every_harness_run_in_the_makefile_reports_its_code() -> None:
+    recipes = [line for line in (ROOT / "Makefile").read_text().splitlines()
+               if line.startswith("\t")]
+    runs = [line for line in recipes
+            if re.search(r"\$\(HARNESS\)|-m harness\b", line) and "usage:" not in line]
+    assert len(runs) >= 15
+    for line in runs:
+        assert "$(call harness_run," in line or "$(call harness_rc," in line, line
