@@ -616,7 +616,17 @@ class _Doc:
         import yaml  # Ray brings PyYAML; requirements.txt pins it for this import
 
         self.yaml, self.path = yaml, path
-        self.loader = yaml.SafeLoader(text)
+        try:
+            self.loader = yaml.SafeLoader(text)
+        except yaml.reader.ReaderError as exc:
+            # The reader refuses control characters (a binary file) before parsing.
+            line = text.count("\n", 0, exc.position) + 1
+            char = exc.character  # a code point for text input, a byte for bytes
+            shown = f"U+{char:04X}" if isinstance(char, int) else repr(char)
+            raise HarnessError(f"{path}:{line}: not YAML text: character {shown} is not "
+                               f"allowed in YAML (is it a binary file?); give a YAML "
+                               f"service description like those in examples/ladder/. "
+                               f"Nothing was checked.") from None
         try:
             self.root = self.loader.get_single_node()
         except yaml.MarkedYAMLError as exc:
@@ -920,9 +930,17 @@ def check_file(path: Path) -> LadderCheck:
     """Read a service description and check its ladder; HarnessError (naming the
     line) when the file cannot be read as one."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise HarnessError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise HarnessError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                           f"offset {exc.start}; is it a binary file?); give a YAML service "
+                           f"description in UTF-8, like those in examples/ladder/. Nothing "
+                           f"was checked.") from None
     doc = _Doc(path, text)
     top = doc.mapping(doc.root, "the file", _TOP)
     if "node_env" not in top:

@@ -2,6 +2,7 @@
 factor, and `python -m harness ladder check FILE` judges a service description
 the way the spec's orderings A-J do, naming the line of anything it cannot read."""
 
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -296,4 +297,21 @@ def test_cli_reports_a_bad_file_without_a_traceback(tmp_path):
                          cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2
     assert run.stderr.startswith(f"error: {path}:8: spot.notice: 'soon' is not a duration")
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("data, line, message", [
+    (b"\x89PNG\r\n\x1a\n\x00\x00IHDR", 1, "not UTF-8 text (byte 0x89 at offset 0"),
+    (b"node_env:\n  all: caf\xe9\n", 2, "not UTF-8 text (byte 0xe9 at offset 20"),
+    (b"node_env:\n  all:\x00\n", 2, "not YAML text: character U+0000 is not allowed"),
+])
+def test_a_binary_or_non_utf8_file_is_bad_input_not_a_traceback(tmp_path, data, line, message):
+    path = tmp_path / "service.yaml"
+    path.write_bytes(data)
+    with pytest.raises(HarnessError, match=re.escape(f"{path}:{line}: {message}")):
+        check_file(path)
+    run = subprocess.run([sys.executable, "-m", "harness", "ladder", "check", str(path)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.startswith(f"error: {path}:{line}: {message}")
     assert "Traceback" not in run.stderr
