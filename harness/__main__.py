@@ -125,6 +125,18 @@ def cmd_run(args) -> None:
                             + "; ".join(outcome.findings))
 
 
+def cmd_analyze(args) -> None:
+    from harness.analyze import analyze
+    from harness.errors import VerdictFailed
+
+    outcome = analyze(Path(args.path), Path(args.out) if args.out else None)
+    print(outcome.report["md"].read_text())
+    print(f"report: {outcome.report['md'].parent}")
+    if not outcome.as_expected:
+        raise VerdictFailed(f"{outcome.name}: the outcome is not what the scenario claims: "
+                            + "; ".join(outcome.findings))
+
+
 def cmd_bench(args) -> None:
     from harness import bench
 
@@ -320,6 +332,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scale the timeout ladder (spot_preemption): 1 is seed 002's own "
                         "times (the default), 0.5 halves every one of them")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "analyze", help="judge a saved run again from its histories, with no cluster",
+        description="Rebuild the scenario a results directory (or one history file) was "
+                    "recorded by, judge its histories again, and write the report to "
+                    "PATH/analysis/ (or --out). Exit 0 if the outcome is what the scenario "
+                    "claims, 1 if not, 2 if PATH is not a saved run.")
+    p.add_argument("path", help="a history-*.jsonl file or a results directory, e.g. "
+                                "build/results/spot_preemption")
+    p.add_argument("--out", help="where to write the report (default: PATH/analysis)")
+    p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
     p.add_argument("what", choices=["load", "health", "membership"])

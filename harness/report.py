@@ -55,7 +55,7 @@ def write_report(
         "png": out_dir / PNG_NAME,
     }
     paths["md"].write_text(_markdown(title, runs, sections or {}))
-    paths["json"].write_text(_json(title, runs, judgement))
+    paths["json"].write_text(_json(title, runs, sections or {}, judgement))
     _timeline(paths["png"], runs)
     return paths
 
@@ -169,13 +169,20 @@ def _outcome_table(v: Verdict) -> str:
     return "\n".join(rows)
 
 
-def _json(title: str, runs: dict[str, tuple[History, Verdict]], judgement: dict | None) -> str:
+def _json(
+    title: str,
+    runs: dict[str, tuple[History, Verdict]],
+    sections: dict[str, str],
+    judgement: dict | None,
+) -> str:
     doc = {
         "title": title,
         "runs": {
             name: {"meta": history.meta, "verdict": verdict.to_dict()}
             for name, (history, verdict) in runs.items()
         },
+        # The scenario's own markdown blocks, as report.md shows them.
+        "sections": sections,
     }
     if judgement is not None:
         doc["judgement"] = judgement

@@ -942,12 +942,6 @@ def _utc(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _md_sections(text: str) -> dict[str, str]:
-    parts = re.split(r"^## (.+)$", text, flags=re.M)
-    return {head.strip(): body.strip() for head, body in zip(parts[1::2], parts[2::2],
-                                                               strict=True)}
-
-
 def _current_tags() -> dict[str, list[tuple[int, str]]]:
     """label -> [(n, the node image tag the first n patches of the current series
     build)], from the current inputs (patches, wheelhouse, docker/), without
@@ -995,7 +989,7 @@ def _scenario_section(name: str, results: Path, known: set[str],
                       tags: dict[str, list[tuple[int, str]]],
                       series: Sequence[str] = ()) -> list[str]:
     from harness.checker import format_percent
-    from harness.report import JSON_NAME, MD_NAME, PNG_NAME
+    from harness.report import JSON_NAME, PNG_NAME
 
     folder = results / name
     path = folder / JSON_NAME
@@ -1056,13 +1050,15 @@ def _scenario_section(name: str, results: Path, known: set[str],
             notes.append(note)
     if notes:
         out.append("\n".join(f"- {n}" for n in notes))
-    md = folder / MD_NAME
-    if md.is_file():
-        sections = _md_sections(md.read_text())
-        for heading in ("Outcome", "Checks and measurements"):
-            body = sections.get(heading, "").strip()
-            if body:
-                out.append(f"**{heading}** (from `{_rel(md)}`)\n\n{body}")
+    judgement = doc.get("judgement") or {}
+    if judgement.get("findings"):
+        verdict = "as the scenario claims" if judgement.get("as_expected") else \
+            "NOT as the scenario claims"
+        out.append(f"**Outcome**: {verdict} (from `{_rel(path)}`)\n\n"
+                   + "\n".join(f"- {f}" for f in judgement["findings"]))
+    checks = (doc.get("sections") or {}).get("Checks and measurements", "").strip()
+    if checks:
+        out.append(f"**Checks and measurements** (from `{_rel(path)}`)\n\n{checks}")
     if (folder / PNG_NAME).is_file():
         out.append(f"Timeline: `{_rel(folder / PNG_NAME)}` (attach it to the PR to show it).")
     return out

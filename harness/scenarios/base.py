@@ -1,14 +1,25 @@
-"""What every scenario shares: running it once per image, judging each run,
-comparing the runs against the scenario's expectation, and writing one report.
+"""What every scenario shares: running it once per image, judging each run
+from its recorded history, comparing the runs against the scenario's
+expectation, and writing one report.
 
-A scenario is a class with a `name`, default `images`, and `run_once(image,
-label) -> ImageRun`. Its `expect(runs)` says whether the comparison came out
-as the scenario claims (for example: the baseline fails and the fix does not),
-so a scenario whose baseline did not fail says so instead of passing quietly.
+A scenario is a class with a `name`, default `images`, and two halves:
+
+    run_once(image, label) -> History   the live half: cluster, load, faults,
+                                        and everything read from the cluster
+                                        recorded as observations
+    judge(label, history) -> ImageRun   the judging half: facts and checks
+                                        from the history alone
+
+Its `expect(runs)` says whether the comparison came out as the scenario
+claims (for example: the baseline fails and the fix does not), so a scenario
+whose baseline did not fail says so instead of passing quietly. Because
+judging reads only the saved histories, `judge_runs` reaches the same outcome
+again from a results directory with no cluster (`python -m harness analyze`).
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +30,7 @@ from harness.paths import BUILD_DIR
 from harness.pin import load_pin
 
 RESULTS_DIR = BUILD_DIR / "results"
+HISTORY_GLOB = "history-*.jsonl"
 
 
 @dataclass
@@ -57,13 +69,26 @@ class Scenario:
         return [images.ImageSpec(pin.baseline.version, "stock"),
                 images.ImageSpec(pin.ray.version, "patched")]
 
+    @property
+    def options(self) -> dict:
+        """The constructor's arguments, as saved with each history so that
+        `analyze` rebuilds the same scenario (each is kept as an attribute of
+        the same name)."""
+        names = list(inspect.signature(type(self)).parameters)
+        return {name: getattr(self, name) for name in names}
+
     def labels(self, spec: images.ImageSpec) -> list[str]:
         """The runs on one image, by label: one, unless a scenario also runs an
         image under another configuration (flags on and off, say)."""
         return [str(spec)]
 
-    def run_once(self, image_tag: str, label: str) -> ImageRun:
+    def run_once(self, image_tag: str, label: str) -> History:
         raise NotImplementedError
+
+    def judge(self, label: str, history: History) -> ImageRun:
+        """Facts and checks of one run, from its history alone. The default
+        has none: the run is judged by its failure-rate verdict."""
+        return ImageRun(label, history)
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         """Default: the last image (the fix) passes, and some earlier one fails;
@@ -91,33 +116,72 @@ class Scenario:
         return {"Checks and measurements": "\n".join(lines)}
 
 
+def history_name(label: str) -> str:
+    return f"history-{label.replace(' ', '-')}.jsonl"
+
+
 def run_scenario(scenario: Scenario, specs: list[images.ImageSpec] | None = None,
                  out_dir: Path | None = None) -> ScenarioOutcome:
     started = time.monotonic()
     specs = specs or scenario.default_images()
+    out_dir = out_dir or RESULTS_DIR / scenario.name
+    # Histories of an earlier run would be judged with this one's.
+    for stale in out_dir.glob(HISTORY_GLOB):
+        stale.unlink()
     tags = {spec: images.ensure_node_image(spec) for spec in specs}
-    runs: dict[str, ImageRun] = {}
+    histories: list[History] = []
     for spec, tag in tags.items():
         for label in scenario.labels(spec):
             print(f"scenario {scenario.name}: running on {label} "
                   f"({time.monotonic() - started:.0f}s so far)", flush=True)
             t = time.monotonic()
-            run = scenario.run_once(tag, label)
-            run.wall_s = time.monotonic() - t
-            run.history.meta.update(label=label, image=tag, scenario=scenario.name)
-            run.verdict = run.verdict or checker.check(run.history)
-            runs[label] = run
-            print(f"scenario {scenario.name}: {label}: {run.verdict.failures} of "
-                  f"{run.verdict.requests} requests failed; checks "
-                  f"{sum(ok for _, ok in run.checks)}/{len(run.checks)} held "
-                  f"({run.wall_s:.0f}s)", flush=True)
+            history = scenario.run_once(tag, label)
+            history.meta.update(label=label, image=tag, scenario=scenario.name,
+                                options=scenario.options, order=len(histories),
+                                wall_s=round(time.monotonic() - t, 1))
+            # Saved before judging: a run that is judged wrongly can be judged again.
+            history.save(out_dir / history_name(label))
+            histories.append(history)
+            verdict = checker.check(history)
+            print(f"scenario {scenario.name}: {label}: {verdict.failures} of "
+                  f"{verdict.requests} requests failed ({history.meta['wall_s']:.0f}s)",
+                  flush=True)
+    outcome = judge_runs(scenario, histories, out_dir)
+    outcome.wall_s = time.monotonic() - started
+    return outcome
+
+
+def judge_runs(scenario: Scenario, histories: list[History], out_dir: Path) -> ScenarioOutcome:
+    """Judge saved or fresh histories of one scenario and write its report;
+    reads nothing but the histories."""
+    runs: dict[str, ImageRun] = {}
+    for history in sorted(histories, key=lambda h: h.meta.get("order", 0)):
+        label = history.meta["label"]
+        run = scenario.judge(label, history)
+        run.verdict = checker.check(history)
+        run.wall_s = float(history.meta.get("wall_s", 0.0))
+        gap = run.verdict.record_gap
+        complete = f"{history.scheduled:,} requests scheduled, each with one row"
+        run.checks.insert(0, (f"the record is complete: {gap or complete}", gap is None))
+        runs[label] = run
     as_expected, findings = scenario.expect(runs)
-    out_dir = out_dir or RESULTS_DIR / scenario.name
-    for run in runs.values():
-        run.history.save(out_dir / f"history-{run.label}.jsonl")
+    incomplete = [run.label for run in runs.values() if run.verdict.record_gap]
+    if incomplete:
+        as_expected = False
+        findings.append(f"the record of {', '.join(incomplete)} is incomplete, so nothing "
+                        f"can be concluded from it")
     sections = {"Outcome": "\n".join(f"- {f}" for f in findings), **scenario.sections(runs)}
+    judgement = {
+        "scenario": scenario.name,
+        "options": scenario.options,
+        "as_expected": as_expected,
+        "findings": findings,
+        "runs": {run.label: {"passed": run.passed, "wall_s": run.wall_s,
+                             "checks": [{"what": what, "held": ok} for what, ok in run.checks],
+                             "facts": run.facts}
+                 for run in runs.values()},
+    }
     paths = report.write_report(out_dir, scenario.title,
                                 {r.label: (r.history, r.verdict) for r in runs.values()},
-                                sections)
-    return ScenarioOutcome(scenario.name, runs, as_expected, findings, paths,
-                           time.monotonic() - started)
+                                sections, judgement)
+    return ScenarioOutcome(scenario.name, runs, as_expected, findings, paths, 0.0)

@@ -38,6 +38,13 @@ PROBES = "ray_serve_health_check_latency_ms_count"
 # check 3 times in a row, marking it unhealthy").
 UNHEALTHY = "marking it unhealthy"
 PUSH_ENV = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
+# Observations: when the controller logged the failing replica unhealthy and
+# when it was gone from the alive replicas (None: not within the wait), the
+# replica names around a lag, the controller's unhealthy log lines, and the
+# probe rate before and after a pause.
+DETECTED, REPLACED = "detected unhealthy", "replaced"
+REPLICAS_BEFORE, REPLICAS_AFTER = "replicas before", "replicas after"
+LOG_LINE, PROBE_RATE = "log line", "probes per period"
 
 
 def wait_for_unhealthy(cluster: Cluster, replica: str | None, since: float,
@@ -82,23 +89,21 @@ class HealthFailure(_HealthScenario):
     name = "health_failure"
     title = "A replica's health check starts failing (seed 004)"
 
-    def run_once(self, image_tag: str, label: str) -> ImageRun:
+    def run_once(self, image_tag: str, label: str) -> History:
         history = History()
         with self._cluster(image_tag, label) as cluster:
             self._deploy(cluster)
 
-            async def experiment():
+            async def main():
                 load = asyncio.create_task(open_loop(
                     "127.0.0.1", cluster.config.lb_port,
                     LoadSpec(rate=10, duration_s=45, connections=16, timeout_s=30), history))
                 await asyncio.sleep(5)
                 replica = await fail_health_check(history, "127.0.0.1", cluster.config.lb_port)
-                return replica, history.events[-1].time, load
-
-            async def main():
-                replica, flipped, load = await experiment()
+                flipped = history.events[-1].time
                 detected = await asyncio.to_thread(wait_for_unhealthy, cluster, replica,
                                                    flipped - 1, 40)
+                history.observe(DETECTED, detected, detected or time.time(), target=replica)
                 replaced = None
                 deadline = time.monotonic() + 40
                 while replaced is None and time.monotonic() < deadline:
@@ -107,10 +112,16 @@ class HealthFailure(_HealthScenario):
                         replaced = time.time()
                     else:
                         await asyncio.sleep(1)
+                history.observe(REPLACED, replaced, replaced or time.time(), target=replica)
                 await load
-                return replica, flipped, detected, replaced
 
-            replica, flipped, detected, replaced = asyncio.run(main())
+            asyncio.run(main())
+        return history
+
+    def judge(self, label: str, history: History) -> ImageRun:
+        flip = next(e for e in history.events if e.fault == "health_failure")
+        replica, flipped = flip.target, flip.time
+        detected, replaced = history.value(DETECTED), history.value(REPLACED)
         run = ImageRun(label, history)
         run.facts["time to detect"] = (f"{detected - flipped:.1f} s" if detected
                                        else "not detected")
@@ -133,12 +144,12 @@ class ControllerLag(_HealthScenario):
     title = "Controller lag: SIGSTOP/SIGCONT cycles on the Serve controller (seed 004)"
     cycles, stop_s, run_s = 4, 6.0, 2.0
 
-    def run_once(self, image_tag: str, label: str) -> ImageRun:
+    def run_once(self, image_tag: str, label: str) -> History:
         history = History()
         with self._cluster(image_tag, label) as cluster:
             self._deploy(cluster)
-            before = cluster.replica_names("echo", "Echo")
-            started = time.time()
+            history.observe(REPLICAS_BEFORE, sorted(cluster.replica_names("echo", "Echo")),
+                            time.time())
 
             async def main():
                 load = asyncio.create_task(open_loop(
@@ -151,9 +162,17 @@ class ControllerLag(_HealthScenario):
                 await load
 
             asyncio.run(main())
-            killed = [line for stamp, line in cluster.log_lines(cluster.head, [UNHEALTHY])
-                      if stamp >= started]
-            after = cluster.replica_names("echo", "Echo")
+            for stamp, line in cluster.log_lines(cluster.head, [UNHEALTHY]):
+                history.observe(LOG_LINE, line, stamp, target="head")
+            history.observe(REPLICAS_AFTER, sorted(cluster.replica_names("echo", "Echo")),
+                            time.time())
+        return history
+
+    def judge(self, label: str, history: History) -> ImageRun:
+        started = history.observed(REPLICAS_BEFORE)[0].time
+        killed = [e for e in history.observed(LOG_LINE, "head")
+                  if e.time >= started and UNHEALTHY in e.detail["value"]]
+        before, after = set(history.value(REPLICAS_BEFORE)), set(history.value(REPLICAS_AFTER))
         run = ImageRun(label, history)
         run.facts["false strikes or kills logged"] = len(killed)
         run.facts["replicas replaced"] = len(before - after)
@@ -176,13 +195,13 @@ class StuckReceiver(_HealthScenario):
     title = "Controller paused longer than RAY_SERVE_METRICS_PUSH_STUCK_S (seed 004)"
     stuck_s, pause_s = 4.0, 12.0
 
-    def run_once(self, image_tag: str, label: str) -> ImageRun:
+    def run_once(self, image_tag: str, label: str) -> History:
         history = History()
         env = {"RAY_SERVE_METRICS_PUSH_STUCK_S": f"{self.stuck_s:g}"}
         with self._cluster(image_tag, label, env) as cluster:
             self._deploy(cluster)
             time.sleep(3 * PERIOD_S)
-            before = self._probe_rate(cluster)
+            history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="before")
 
             async def main():
                 load = asyncio.create_task(open_loop(
@@ -195,7 +214,12 @@ class StuckReceiver(_HealthScenario):
 
             asyncio.run(main())
             time.sleep(PERIOD_S + 2)  # one period to recover, plus the metrics export
-            after = self._probe_rate(cluster)
+            history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="after")
+        return history
+
+    def judge(self, label: str, history: History) -> ImageRun:
+        before = history.observed(PROBE_RATE, "before")[-1].detail["value"]
+        after = history.observed(PROBE_RATE, "after")[-1].detail["value"]
         run = ImageRun(label, history)
         run.facts["probes per period before the pause"] = round(before, 2)
         run.facts["probes per period after it"] = round(after, 2)

@@ -12,8 +12,7 @@ about every second for a minute, under keep-alive load with a long slice.
                                (patches 0005, 0006): membership changes go
                                over the admin socket; 0 reloads, 0 errors
 
-Set up like the lab of specs/haproxy-runtime-membership.md (section 1.5):
-keep-alive clients straight to the head node's HAProxy, 95% short requests
+Keep-alive clients straight to the head node's HAProxy, 95% short requests
 and 5% of 4 s, longer than hard-stop-after (3 s here), all to the echo app;
 the replicas run on a worker. Every second one of five apps (echo and four
 more the head's HAProxy also serves) goes from 2 to 3 replicas or back, the
@@ -27,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from harness import appconfigs, images
 from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
@@ -45,6 +45,9 @@ ENV = {
 FLAGS_ON = {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1",
             "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1"}
 FLAGS_ON_LABEL, FLAGS_OFF_LABEL = "flags on", "flags off"
+# Observations: the head's HAProxy pids before the churn and every 0.5 s during
+# it, and the in-cluster churn driver's own record of the changes it made.
+PIDS_BEFORE, PIDS_SEEN, CHURN = "haproxy pids before", "haproxy pids", "churn"
 
 
 # Echo (which the clients call) and four apps nobody calls: the head's HAProxy
@@ -89,36 +92,42 @@ class MembershipChurn(Scenario):
             return [f"{spec} {FLAGS_OFF_LABEL}", f"{spec} {FLAGS_ON_LABEL}"]
         return [str(spec)]
 
-    def run_once(self, image_tag: str, label: str) -> ImageRun:
+    def run_once(self, image_tag: str, label: str) -> History:
         history = History()
         env = {**ENV, **(FLAGS_ON if label.endswith(FLAGS_ON_LABEL) else {})}
         config = ClusterConfig(image=image_tag, name="rayspot-churn", workers=1, env=env,
                                worker_resources={"w": 10})
         with Cluster(config) as cluster:
             cluster.deploy(_apps(LOW))
-            before = set(cluster.haproxy_pids(cluster.head))
-            changes, idle_ticks, seen = asyncio.run(self._churn(cluster, history))
+            history.observe(PIDS_BEFORE, sorted(cluster.haproxy_pids(cluster.head)), time.time())
+            asyncio.run(self._churn(cluster, history))
+        return history
+
+    def judge(self, label: str, history: History) -> ImageRun:
         run = ImageRun(label, history)
+        churn = history.value(CHURN)
+        before = set(history.value(PIDS_BEFORE))
+        seen = {pid for e in history.observed(PIDS_SEEN) for pid in e.detail["value"]}
         started = sorted(seen - before)
+        changes = churn["changes"]
         run.facts["membership changes"] = len(changes)
-        run.facts["seconds with no settled app to change"] = idle_ticks
+        run.facts["seconds with no settled app to change"] = churn["idle_ticks"]
         run.facts["HAProxy processes started on the head"] = len(started)
         run.facts["reloads per change"] = round(len(started) / max(len(changes), 1), 2)
         return run
 
-    async def _churn(self, cluster: Cluster,
-                     history: History) -> tuple[list, int, set[int]]:
+    async def _churn(self, cluster: Cluster, history: History) -> None:
         spec = LoadSpec(rate=self.rate, duration_s=self.duration_s + 4,
                         connections=self.connections,
                         mix=Mix(short=0.95, long=0.05, long_s=(LONG_S, LONG_S)),
                         timeout_s=30)
         load = asyncio.create_task(open_loop(cluster.head.ip, SERVE_PORT, spec, history))
-        seen: set[int] = set()
         done = asyncio.Event()
 
         async def sample_pids():
             while not done.is_set():
-                seen.update(await asyncio.to_thread(cluster.haproxy_pids, cluster.head))
+                pids = await asyncio.to_thread(cluster.haproxy_pids, cluster.head)
+                history.observe(PIDS_SEEN, sorted(pids), time.time(), target="head")
                 await asyncio.sleep(0.5)
 
         sampler = asyncio.create_task(sample_pids())
@@ -127,13 +136,13 @@ class MembershipChurn(Scenario):
             "churn", json.dumps(_apps(LOW)), "--apps", ",".join(n for n, _ in CHURNED_APPS),
             "--low", str(LOW), "--high", str(HIGH), "--interval", str(self.interval_s),
             "--duration", str(self.duration_s)])
+        history.observe(CHURN, result, time.time())
         for change in result["changes"]:
             history.add_event(Event(change["at"], "membership_churn", "mark", change["app"],
                                     {"label": f"{change['app']} -> {change['replicas']}"}))
         await load
         done.set()
         await sampler
-        return result["changes"], result["idle_ticks"], seen
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         findings, ok = [], True

@@ -21,7 +21,7 @@ import asyncio
 from harness import appconfigs, images
 from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.history import History
-from harness.load import HTTPConnection
+from harness.load import HTTPConnection, send
 from harness.pin import load_pin
 from harness.scenarios.base import ImageRun, Scenario
 
@@ -41,10 +41,9 @@ class RequestOverrun(Scenario):
     def default_images() -> list[images.ImageSpec]:
         return [images.ImageSpec(load_pin().ray.version, "stock")]
 
-    def run_once(self, image_tag: str, label: str) -> ImageRun:
+    def run_once(self, image_tag: str, label: str) -> History:
         history = History()
-        run = ImageRun(label, history)
-        for ladder, (request_timeout_s, timeout_server_s, expected) in LADDERS.items():
+        for ladder, (request_timeout_s, timeout_server_s, _) in LADDERS.items():
             config = ClusterConfig(
                 image=image_tag, name="rayspot-overrun", workers=1,
                 env={"RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(timeout_server_s)})
@@ -55,29 +54,33 @@ class RequestOverrun(Scenario):
                     appconfigs.echo_app(num_replicas=2, max_replicas_per_node=None,
                                         max_ongoing_requests=100),
                     http_options={"request_timeout_s": request_timeout_s}))
-                rows = asyncio.run(self._send(cluster.head.ip, ladder))
-            for row in rows:
-                history.add_request(row)
-            overruns = [r for r in rows if r.kind == f"overrun, {ladder}"]
-            controls = [r for r in rows if r.kind == f"control, {ladder}"]
+                asyncio.run(self._send(cluster.head.ip, ladder, history))
+        return history
+
+    def judge(self, label: str, history: History) -> ImageRun:
+        run = ImageRun(label, history)
+        for ladder, (request_timeout_s, timeout_server_s, expected) in LADDERS.items():
+            overruns = [r for r in history.requests if r.kind == f"overrun, {ladder}"]
+            controls = [r for r in history.requests if r.kind == f"control, {ladder}"]
             statuses = sorted({r.status for r in overruns}, key=str)
             run.facts[f"{ladder}: overrun statuses"] = statuses
             run.facts[f"{ladder}: overrun answered after"] = (
-                f"{min(r.latency for r in overruns):.2f}-{max(r.latency for r in overruns):.2f} s")
+                f"{min(r.latency for r in overruns):.2f}-{max(r.latency for r in overruns):.2f} s"
+                if overruns else "-")
             run.checks.append((f"{ladder} (request_timeout_s {request_timeout_s:g}, timeout "
                                f"server {timeout_server_s}): every {OVERRUN_S:g} s request "
                                f"answered {expected}", statuses == [expected]))
             run.checks.append((f"{ladder}: every {CONTROL_S:g} s control request succeeded",
-                               all(r.ok for r in controls)))
+                               bool(controls) and all(r.ok for r in controls)))
         return run
 
-    async def _send(self, host: str, ladder: str):
+    async def _send(self, host: str, ladder: str, history: History) -> None:
         conns = [HTTPConnection(host, SERVE_PORT, i) for i in range(2 * self.requests)]
         try:
-            return await asyncio.gather(
-                *(c.get(f"/?sleep={OVERRUN_S:g}", f"overrun, {ladder}", 30)
+            await asyncio.gather(
+                *(send(history, c, f"/?sleep={OVERRUN_S:g}", f"overrun, {ladder}", 30)
                   for c in conns[:self.requests]),
-                *(c.get(f"/?sleep={CONTROL_S:g}", f"control, {ladder}", 30)
+                *(send(history, c, f"/?sleep={CONTROL_S:g}", f"control, {ladder}", 30)
                   for c in conns[self.requests:]))
         finally:
             for conn in conns:

@@ -9,7 +9,7 @@ time by one factor, which keeps every ordering (make test runs it at 0.5).
 
 Pass: no failed request; every replica on the node retired before the kill;
 the node's death reason is AUTOSCALER_DRAIN_PREEMPTED. The report carries the
-timeline of specs/drain-and-preemption.md section 6 with measured times.
+timeline of the drain, from the notice to the kill, with measured times.
 """
 
 from __future__ import annotations
@@ -28,6 +28,14 @@ from harness.scenarios.base import ImageRun, Scenario
 
 PREEMPTED = "AUTOSCALER_DRAIN_PREEMPTED"
 LEAD_S = 5.0  # steady load before the notice
+# What the scenario reads from the cluster, kept in the history as observations.
+TARGET = "target node"  # name, Ray node id, and the ids of the replicas it held
+PREEMPTION = "preemption"  # the nemesis's record: notice, drain answer, kill
+FIRST_UNHEALTHY = "first non-200 healthz"  # when the node's /-/healthz stopped saying 200
+DEATH = "node death"  # the GCS's record of the dead node
+REPLICAS_AFTER = "target replicas after"  # those replicas' actor states and end times
+LOG_LINE = "log line"  # a Serve or raylet log line, at its own time; target: whose
+EXITED = "container exited"  # when `ray start --block` ended by itself, or None
 TAIL_S = 8.0  # load after the node is gone
 
 # (timeline row, node whose Serve logs hold it, text in the log line)
@@ -51,7 +59,7 @@ class SpotPreemption(Scenario):
         self.ladder = Ladder().scaled(scale)
         self.scale, self.rate = scale, rate
 
-    def run_once(self, image_tag: str, label: str) -> ImageRun:
+    def run_once(self, image_tag: str, label: str) -> History:
         ladder = self.ladder
         history = History({"ladder_scale": self.scale})
         config = ClusterConfig(image=image_tag, name="rayspot-spot", workers=2,
@@ -70,18 +78,24 @@ class SpotPreemption(Scenario):
             by_node = cluster.replicas_by_node("echo", "Echo")
             target = max(cluster.workers, key=lambda w: len(by_node.get(node_ids[w.name], [])))
             target_id = node_ids[target.name]
-            replicas = by_node.get(target_id, [])
+            replicas = [r["id"] for r in by_node.get(target_id, [])]
+            history.observe(TARGET, {"name": target.name, "node_id": target_id,
+                                     "replicas": replicas}, time.time())
             outcome, first_503 = asyncio.run(self._experiment(cluster, target, history))
-            death = _wait_for_death(cluster, target_id)
-            after = [a for a in cluster.actors() if a["id"] in {r["id"] for r in replicas}]
-            logs = {where: cluster.log_lines(
+            history.observe(PREEMPTION, outcome, outcome["killed"])
+            history.observe(FIRST_UNHEALTHY, first_503, first_503 or time.time())
+            history.observe(DEATH, _wait_for_death(cluster, target_id), time.time())
+            history.observe(REPLICAS_AFTER, [a for a in cluster.actors() if a["id"] in replicas],
+                            time.time())
+            for where in ("head", "target", "raylet"):
+                for stamp, line in cluster.log_lines(
                         cluster.head if where == "head" else target,
                         [needle for _, w, needle in LOG_ROWS if w == where],
-                        "/logs/raylet.out" if where == "raylet" else "/logs/serve/")
-                    for where in ("head", "target", "raylet")}
+                        "/logs/raylet.out" if where == "raylet" else "/logs/serve/"):
+                    history.observe(LOG_LINE, line, stamp, target=where)
             exited_at = _exit_time(target)
-        return self._judge(label, history, target, replicas, after, outcome, first_503, death,
-                           logs, exited_at)
+            history.observe(EXITED, exited_at, exited_at or time.time())
+        return history
 
     async def _experiment(self, cluster: Cluster, target: Node, history: History):
         ladder = self.ladder
@@ -99,16 +113,19 @@ class SpotPreemption(Scenario):
         await load
         return outcome, await healthz
 
-    def _judge(self, label, history, target, replicas, after, outcome, first_503, death, logs,
-               exited_at) -> ImageRun:
+    def judge(self, label: str, history: History) -> ImageRun:
         run = ImageRun(label, history)
+        target, outcome = history.value(TARGET), history.value(PREEMPTION)
+        replicas, after = target["replicas"], history.value(REPLICAS_AFTER)
+        death, exited_at = history.value(DEATH), history.value(EXITED)
         t0, killed = outcome["t0"], outcome["killed"]
         deadline = outcome["drain"]["deadline"]
         gone_by = min(killed, exited_at) if exited_at else killed
         retired = [a for a in after if a["state"] == "DEAD" and a["end"] and a["end"] <= gone_by]
         reason = death.get("DeathReason") if death else None
+        target = target["name"]
         run.checks += [
-            (f"{target.name} held {len(replicas)} replicas, and every one retired before the "
+            (f"{target} held {len(replicas)} replicas, and every one retired before the "
              f"node went away", bool(replicas) and len(retired) == len(replicas)),
             (f"death reason {reason} is {PREEMPTED}", str(reason) == PREEMPTED),
             ("the node was not killed before its drain deadline", killed >= deadline - 0.05),
@@ -121,9 +138,11 @@ class SpotPreemption(Scenario):
         run.facts["death"] = death
         rows = [("notice (T0)", t0), ("drain sent (GCS, PREEMPTION, deadline)",
                                       outcome["drain"]["sent"])]
-        rows.append(("node /-/healthz answers 503 (front LB deregisters)", first_503))
+        rows.append(("node /-/healthz answers 503 (front LB deregisters)",
+                     history.value(FIRST_UNHEALTHY)))
         for title, where, needle in LOG_ROWS:
-            stamps = [t for t, line in logs[where] if needle in line and t >= t0 - 0.5]
+            stamps = [e.time for e in history.observed(LOG_LINE, where)
+                      if needle in e.detail["value"] and e.time >= t0 - 0.5]
             rows.append((title, stamps[0] if stamps else None))
         rows.append(("container exited by itself (`ray start --block` ended)", exited_at))
         rows.append(("drain deadline", deadline))
@@ -144,7 +163,7 @@ class SpotPreemption(Scenario):
                 stamp = run.facts["timeline"][index][1]
                 cells.append(f"+{stamp - t0:.2f} s" if stamp else "not seen")
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
-        sections["Timeline after the notice (specs/drain-and-preemption.md section 6)"] = \
+        sections["Timeline after the notice"] = \
             "\n".join(lines)
         return sections
 

@@ -2,7 +2,7 @@
 replica. Stock 2.59.0 severs those requests; 2.60.0 refuses them at connect
 time after the drain window, HAProxy redispatches them, and none fails.
 
-One event, as in specs/stale-worker-lab.md (the "pin" variant):
+One event:
   1. open K keep-alive connections to the head node's HAProxy and send one
      request on each; leave them idle (they now belong to the current worker)
   2. start long "pin" requests on both replicas: they keep the replica that
@@ -29,11 +29,15 @@ import time
 from harness import appconfigs, images
 from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.history import Event, History
-from harness.load import HTTPConnection
+from harness.load import HTTPConnection, send
 from harness.pin import load_pin
 from harness.scenarios.base import ImageRun, Scenario
 
 MIN_DRAINING_S = 5.0
+STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
+LOG_LINE = "log line"  # observation: a Serve log line, at its own timestamp
+PINS = "pin outcomes"  # observation: each event's pins, by error class
+LATE_SENT = "late requests sent"
 ENV = {
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": f"{MIN_DRAINING_S:g}",
     # Old workers must outlive the event with their idle connections intact.
@@ -68,29 +72,37 @@ class StaleWorkerDrain(Scenario):
         self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
         self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
 
-    def run_once(self, image_tag: str, label: str) -> ImageRun:
+    def run_once(self, image_tag: str, label: str) -> History:
         history = History()
         config = ClusterConfig(image=image_tag, name="rayspot-stale", workers=1, env=ENV,
                                worker_resources={"w": 10})
-        pins_failed: list[int] = []
         with Cluster(config) as cluster:
             for number in range(self.events):
                 cluster.deploy(_app(2, self.request_timeout_s))
-                pins_failed.append(asyncio.run(self._event(cluster, history, number)))
-            stops = [t for t, _ in cluster.log_lines(cluster.head, ["Stopping Replica("])]
+                asyncio.run(self._event(cluster, history, number))
+            for stamp, line in cluster.log_lines(cluster.head, [STOPPING]):
+                history.observe(LOG_LINE, line, stamp, target="head")
+        return history
+
+    def judge(self, label: str, history: History) -> ImageRun:
         run = ImageRun(label, history)
+        stops = [e.time for e in history.observed(LOG_LINE, "head")
+                 if STOPPING in e.detail["value"]]
         per_event, offsets = self._per_event(history, stops)
         run.facts["failed stale requests per event"] = per_event
         run.facts["late requests sent at STOP +"] = [f"{o:.2f} s" if o is not None else "?"
                                                     for o in offsets]
-        run.facts["pins severed per event (expected on every version)"] = pins_failed
+        run.facts["pins severed per event (expected on every version)"] = [
+            sum(1 for error in e.detail["value"]["done"] if error)
+            for e in history.observed(PINS)]
         return run
 
-    async def _event(self, cluster: Cluster, history: History, number: int) -> int:
+    async def _event(self, cluster: Cluster, history: History, number: int) -> None:
         host, base = cluster.head.ip, number * 1000
         stale = [HTTPConnection(host, SERVE_PORT, base + i) for i in range(self.stale)]
-        for row in await asyncio.gather(*(c.get("/", "prime", 10) for c in stale)):
-            history.add_request(row)
+        await asyncio.gather(*(send(history, c, "/", "prime", 10) for c in stale))
+        # Pins are not judged as requests: they outlive the force-kill on every
+        # version by design. Their outcome is kept as an observation.
         pin_conns = [HTTPConnection(host, SERVE_PORT, base + 900 + i) for i in range(self.pins)]
         pins = [asyncio.create_task(c.get("/?sleep=40", "pin", 60)) for c in pin_conns]
         await asyncio.sleep(1.0)
@@ -103,26 +115,25 @@ class StaleWorkerDrain(Scenario):
                                 {"label": "deploy returned"}))
         await asyncio.sleep(max(0.0, returned + self.send_after_s - time.time()))
         history.add_event(Event(time.time(), "scale_down", "mark", f"event {number}",
-                                {"label": "late requests sent"}))
+                                {"label": LATE_SENT}))
         path = f"/?sleep={self.late_sleep_s:g}"
         controls = [HTTPConnection(host, SERVE_PORT, base + 500 + i)
                     for i in range(self.controls)]
-        rows = await asyncio.gather(*(c.get(path, "stale", 30) for c in stale),
-                                    *(c.get(path, "control", 30) for c in controls))
-        for row in rows:
-            history.add_request(row)
+        await asyncio.gather(*(send(history, c, path, "stale", 30) for c in stale),
+                             *(send(history, c, path, "control", 30) for c in controls))
         history.add_event(Event(time.time(), "scale_down", "end", f"event {number}"))
 
-        done = [p.result() for p in pins if p.done()]
+        done = [p.result().error for p in pins if p.done()]
+        history.observe(PINS, {"done": done, "running": len(pins) - len(done)}, time.time(),
+                        target=f"event {number}")
         for p in pins:
             p.cancel()
         await asyncio.gather(*pins, return_exceptions=True)
         for conn in stale + controls + pin_conns:
             conn.close()
-        return sum(1 for row in done if row.error)
 
     def _per_event(self, history: History, stops: list[float]):
-        marks = [e for e in history.events if e.detail.get("label") == "late requests sent"]
+        marks = [e for e in history.events if e.detail.get("label") == LATE_SENT]
         starts = [e.time for e in history.events if e.phase == "start"]
         per_event, offsets = [], []
         for index, mark in enumerate(marks):

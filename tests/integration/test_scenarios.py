@@ -1,9 +1,14 @@
 """The scenarios, each on its images side by side. A scenario asserts the
 comparison it claims (for example: the baseline fails in every event and the
-fix never does), so a run that cannot fail on the baseline fails here."""
+fix never does), so a run that cannot fail on the baseline fails here. Each
+saved run is then judged again from its histories alone, with no cluster, and
+must come to the same report."""
+
+import json
 
 import pytest
 
+from harness.analyze import analyze
 from harness.images import ImageSpec
 from harness.pin import load_pin
 from harness.scenarios import SCENARIOS, run_scenario
@@ -33,4 +38,9 @@ def test_scenario(name):
     outcome = run_scenario(SCENARIOS[name](**OPTIONS.get(name, {})), IMAGES.get(name))
     print("\n" + "\n".join(outcome.findings) + f"\n({outcome.wall_s:.0f}s, "
           f"report {outcome.report['md']})")
+    again = analyze(outcome.report["md"].parent)
+    assert again.findings == outcome.findings
+    assert json.loads(again.report["json"].read_text()) == json.loads(
+        outcome.report["json"].read_text())
+    assert again.report["md"].read_text() == outcome.report["md"].read_text()
     assert outcome.as_expected, outcome.findings

@@ -364,7 +364,10 @@ def write_result(results: Path, name: str, labels: list[str], failures: list[int
                                         error))
         runs[label] = (history, check(history))
     write_report(results / name, f"Title of {name}", runs,
-                 {"Outcome": f"- {name}: as claimed"})
+                 {"Checks and measurements": "- ✔ the replica was replaced"},
+                 {"as_expected": True, "findings": [f"{name}: as claimed"]})
+    # pr-body reads report.json, never the markdown.
+    (results / name / "report.md").unlink()
     return t0
 
 
@@ -378,7 +381,9 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
     assert "### `health_failure`: Title of health_failure" in body
     assert "| failed | 3 (reset 3) | 0 |" in body
     assert upstream._utc(t0) in body
+    assert "**Outcome**: as the scenario claims" in body
     assert "- health_failure: as claimed" in body
+    assert "- ✔ the replica was replaced" in body
     # Scenarios without a result are named, not left out.
     for missing in ("controller_lag", "stuck_receiver"):
         assert f"No result yet: `{results / missing / 'report.json'}`" in body
