@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -18,16 +20,41 @@ CLUSTER_LABEL = "rayspot.cluster"
 ROLE_LABEL = "rayspot.role"
 
 
+def docker_py():
+    """The docker-py module, or a HarnessError naming the Python that lacks it.
+
+    Imported late: unit tests of pure logic need no docker-py. A successful
+    `import docker` is not enough: run from the repo root, a Python without
+    docker-py imports the project's own docker/ folder (the image build files)
+    as an empty namespace package, and `from_env` then fails like a missing
+    daemon would."""
+    try:
+        import docker
+    except ImportError:
+        docker = None
+    if not hasattr(docker, "from_env"):
+        raise HarnessError(
+            f"{sys.executable} has no docker-py (the `docker` package), which the harness "
+            f"talks to the Docker engine with. Run the harness with the project's venv, "
+            f"`.venv/bin/python -m harness ...` from the repo root (or through `make`); "
+            f"`make setup` creates it. Nothing was changed.")
+    return docker
+
+
 @functools.cache
 def client():
-    import docker  # imported late: unit tests of pure logic need no docker-py
-
+    docker = docker_py()
+    host = os.environ.get("DOCKER_HOST")
+    # A DOCKER_HOST left over from another set-up is a common cause: say which daemon.
+    where = (f"at DOCKER_HOST={host} (check that a daemon listens there, or unset "
+             f"DOCKER_HOST for the local socket)" if host
+             else "at the local socket (DOCKER_HOST is not set)")
     try:
         engine = docker.from_env(timeout=120)
         engine.ping()
     except Exception as exc:  # docker-py raises several types for "no daemon"
         raise HarnessError(
-            f"the Docker daemon is unreachable ({exc}). Start one: as root, `dockerd "
+            f"the Docker daemon is unreachable {where}: {exc}. Start one: as root, `dockerd "
             f">/var/log/dockerd.log 2>&1 &` (install it with `apt-get install docker.io`), "
             f"or `systemctl start docker`. `.ci/run` does both when needed. Nothing was changed."
         ) from exc
@@ -35,7 +62,7 @@ def client():
 
 
 def image_exists(tag: str) -> bool:
-    import docker
+    docker = docker_py()
 
     try:
         client().images.get(tag)
@@ -100,7 +127,7 @@ def remove_labelled(cluster: str | None = None) -> tuple[int, int]:
 
     Returns (containers, networks) removed. Safe to call repeatedly.
     """
-    import docker
+    docker = docker_py()
 
     containers = labelled_containers(cluster)
     for container in containers:
