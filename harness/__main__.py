@@ -255,8 +255,9 @@ def cmd_upstream(args) -> None:
     pinned_house = wheels.ensure_wheelhouse(pin.ray)
     pinned_wheel = wheels.verify_ray_wheel(pinned_house, pin.ray)
     if args.action == "standin":
-        dest = upstream.build_standin(pinned_wheel,
-                                      Path(args.dest) if args.dest else upstream.STANDIN_DIR)
+        # Resolved, so the path printed for RAY_SRC works from wherever make runs.
+        dest = upstream.build_standin(
+            pinned_wheel, Path(args.dest).resolve() if args.dest else upstream.STANDIN_DIR)
         print(f"stand-in ready: {dest} (its {upstream.SERVE} is {pinned_wheel.name}'s); "
               f"`make pr-branches RAY_SRC={dest}` accepts it as a checkout at the pin")
     elif args.action == "branches":

@@ -1055,6 +1055,9 @@ def _patch_subject(patch: Path) -> str:
 def build_workspace(wheel: Path, patches: list[Path], workspace: Path = WORKSPACE_DIR) -> None:
     """(Re)create the workspace: commit 1 is the wheel's ray/serve tree at
     python/ray/serve (tagged `base`), then one commit per patch."""
+    # git runs inside the new tree and is also given its path: a relative one
+    # would be read relative to itself.
+    workspace = workspace.resolve()
     if workspace.exists():
         _check_workspace_disposable(workspace, patches)
     workspace.parent.mkdir(parents=True, exist_ok=True)

@@ -183,6 +183,35 @@ def test_stand_in_is_recognised_as_the_pin(tmp_path: Path, wheel: Path) -> None:
     assert head == git(standin, "rev-parse", "HEAD") and "stand-in" in why
 
 
+def test_standin_verb_takes_a_relative_dir(monkeypatch, capsys, tmp_path: Path,
+                                           wheel: Path) -> None:
+    import signal
+
+    import harness.__main__ as cli
+    import harness.wheels
+
+    monkeypatch.setattr(harness.wheels, "ensure_wheelhouse", lambda release: wheel.parent)
+    monkeypatch.setattr(harness.wheels, "verify_ray_wheel", lambda house, release: wheel)
+    monkeypatch.chdir(tmp_path)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert cli.main(["upstream", "standin", "out/ray"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    standin = tmp_path / "out" / "ray"
+    assert git(standin, "rev-parse", "--show-toplevel") == str(standin)
+    assert at_the_pin(standin, RELEASE, wheel)[1].startswith("a stand-in")
+    # The path it prints for RAY_SRC works from wherever make runs.
+    assert f"RAY_SRC={standin}`" in capsys.readouterr().out
+
+
+def test_build_standin_takes_a_relative_dir(monkeypatch, tmp_path: Path, wheel: Path) -> None:
+    # git runs inside the new tree; a relative path must not be read from there.
+    monkeypatch.chdir(tmp_path)
+    build_standin(wheel, Path("relative"))
+    assert at_the_pin(tmp_path / "relative", RELEASE, wheel)[1].startswith("a stand-in")
+
+
 def test_branches_are_stacked_and_each_is_tested(
     tmp_path: Path, wheel: Path, env: TestEnv
 ) -> None:
