@@ -65,9 +65,12 @@ def cmd_patches(args) -> None:
     site = Path(args.site_packages) if args.site_packages else None
     ray_src = os.environ.get("RAY_SRC")
     if args.action == "apply" and ray_src:
-        series = read_series()
-        patchset.apply_to_checkout(Path(ray_src), series, pin.ray)
-        print(f"patches: {len(series)} patches applied to {ray_src} with git am, one commit each")
+        from harness import wheels
+
+        # The pinned wheel is what a stand-in checkout is recognised by.
+        wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
+        print(patchset.apply_to_checkout(Path(ray_src), read_series(), pin.ray,
+                                         wheel).format())
     elif args.action == "apply":
         result = patchset.apply_to_site_packages(site or _site_packages(VENV_DIR),
                                                  read_series(), pin.ray)
@@ -259,7 +262,8 @@ def cmd_upstream(args) -> None:
         dest = upstream.build_standin(
             pinned_wheel, Path(args.dest).resolve() if args.dest else upstream.STANDIN_DIR)
         print(f"stand-in ready: {dest} (its {upstream.SERVE} is {pinned_wheel.name}'s); "
-              f"`make pr-branches RAY_SRC={dest}` accepts it as a checkout at the pin")
+              f"`make pr-branches RAY_SRC={dest}` and `make apply-patches RAY_SRC={dest}` "
+              f"accept it as a checkout at the pin")
     elif args.action == "branches":
         env = upstream.ensure_test_env(pin.ray, pinned_house)
         result = upstream.pr_branches(Path(args.ray_src), read_series(), pin.ray,

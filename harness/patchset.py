@@ -50,6 +50,8 @@ _TMP_SUFFIX = ".ray-patches-tmp"
 
 # Paths in the patches are `a/python/ray/...`; site-packages holds `ray/...`.
 _SOURCE_ROOT = "python"
+# Where a Ray checkout (and the workspace, and a stand-in) keeps the serve tree.
+SERVE = f"{_SOURCE_ROOT}/ray/serve"
 _STRIP = 2
 
 BASE_TAG = "base"
@@ -874,8 +876,96 @@ def refuse_dirty(repo: Path) -> None:
         )
 
 
-def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease) -> None:
-    """`git am --3way` the series onto a clean Ray checkout at the pinned commit.
+def wheel_serve_tree(wheel: Path) -> str:
+    """The git tree id the wheel's ray/serve would have at python/ray/serve.
+
+    Equal tree ids mean equal names, bytes and executable bits, which is how a
+    stand-in checkout built from the pinned wheel is recognised."""
+    with tempfile.TemporaryDirectory(prefix="ray-serve-tree-") as tmp:
+        repo = Path(tmp)
+        git_output(["init", "--quiet", repo], repo)
+        extract_from_wheel(wheel, repo / _SOURCE_ROOT)
+        git_output(["add", "--all"], repo)
+        return git_output(["write-tree", f"--prefix={SERVE}/"], repo).strip()
+
+
+def at_the_pin(repo: Path, release: RayRelease, wheel: Path | None,
+               rev: str = "HEAD") -> tuple[str, str]:
+    """(the commit `rev` names, why it counts as the pin), or a refusal.
+
+    A real checkout is at the pin when HEAD is the pinned commit. There is no
+    Ray clone on every machine, so with the pinned `wheel` a stand-in also
+    counts: a repo whose python/ray/serve is the wheel's tree byte for byte. No
+    real Ray commit matches that (its tree has BUILD files and tests the wheel
+    lacks), so the two cases cannot be confused."""
+    head = git_output(["rev-parse", "--verify", f"{rev}^{{commit}}"], repo,
+                      isolated=False).strip()
+    if release.commit and head == release.commit:
+        return head, f"HEAD is Ray {release.version}'s commit"
+    if wheel is not None:
+        found = run_git(["rev-parse", "--verify", "--quiet", f"{head}:{SERVE}"], repo,
+                        isolated=False)
+        if found.returncode == 0 and found.stdout.strip() == wheel_serve_tree(wheel):
+            return head, f"a stand-in: its {SERVE} is {wheel.name}'s ray/serve, byte for byte"
+    stand_in = f" nor a tree whose {SERVE} is {wheel.name}'s" if wheel is not None else ""
+    raise HarnessError(
+        f"{repo} is at {head}, which is neither Ray {release.version}'s commit "
+        f"{release.commit}{stand_in}. Nothing was changed. Run `git -C {repo} switch "
+        f"--detach {release.commit}` (or build a stand-in with `python -m harness upstream "
+        f"standin`) and run again.")
+
+
+def _patch_id(diff: str, repo: Path) -> str | None:
+    """git's id of a change, the same for a patch file and the commit it made
+    (line numbers and whitespace do not count); None for no change."""
+    result = subprocess.run(["git", "patch-id", "--stable"], input=diff, cwd=repo,
+                            env=git_env(isolated=True), capture_output=True, text=True,
+                            errors="replace")
+    return result.stdout.split()[0] if result.returncode == 0 and result.stdout else None
+
+
+def _carries_series(repo: Path, patches: Sequence[Path]) -> str | None:
+    """The commit below HEAD's last len(patches) commits when those are the
+    series, in order (by patch id); None otherwise."""
+    base = run_git(["rev-parse", "--verify", "--quiet", f"HEAD~{len(patches)}^{{commit}}"],
+                   repo, isolated=False)
+    if not patches or base.returncode != 0:
+        return None
+    for i, patch in enumerate(patches):
+        commit = f"HEAD~{len(patches) - 1 - i}"
+        shown = run_git(["show", "--format=", "--no-color", "--no-ext-diff", commit], repo)
+        try:
+            text = patch.read_text(errors="replace")
+        except OSError:
+            return None
+        if shown.returncode != 0 or _patch_id(shown.stdout, repo) != _patch_id(text, repo):
+            return None
+    return base.stdout.strip()
+
+
+@dataclass(frozen=True)
+class CheckoutResult:
+    repo: Path
+    base: str  # the pinned commit (or stand-in) the series is on
+    why: str  # why `base` counts as the pin
+    count: int
+    already: bool  # the checkout carried the series before: nothing was done
+
+    def format(self) -> str:
+        where = f"on {self.base[:12]} ({self.why})"
+        if self.already:
+            return (f"patches: {self.repo} already carries the series, {self.count} commits "
+                    f"{where}; nothing to do")
+        return (f"patches: {self.count} patches applied to {self.repo} with git am, one "
+                f"commit each, {where}")
+
+
+def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease,
+                      wheel: Path | None = None) -> CheckoutResult:
+    """`git am --3way` the series onto a clean Ray checkout at the pin: the pinned
+    commit or, with the pinned `wheel`, a stand-in (`at_the_pin`, the check
+    pr-branches makes). A checkout whose last commits already are the series, on
+    the pin, is left as it is.
 
     Runs with the user's own git config: the commits are theirs, for upstream.
     """
@@ -884,17 +974,26 @@ def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease) -
             f"patches/PIN names no commit for Ray {release.version}, so a checkout cannot be "
             f"checked against it. Nothing was changed. Add `commit = ...` under [ray]."
         )
-    repo = checkout_top(ray_src, "a clone of https://github.com/ray-project/ray")
-    head = git_output(["rev-parse", "HEAD"], repo, isolated=False).strip()
-    if head != release.commit:
-        raise HarnessError(
-            f"{repo} is at commit {head}, but the series is pinned to Ray {release.version} "
-            f"at commit {release.commit}. Nothing was changed. Run "
-            f"`git -C {repo} switch -c <branch> {release.commit}` and run again."
-        )
+    repo = checkout_top(ray_src, "a clone of https://github.com/ray-project/ray, or a stand-in "
+                                 "(`python -m harness upstream standin`)")
+    try:
+        head, why = at_the_pin(repo, release, wheel)
+    except HarnessError:
+        # Applied before (a second `make apply-patches`): not a checkout off the pin.
+        base = _carries_series(repo, patches)
+        if base is None:
+            raise
+        try:
+            base, why = at_the_pin(repo, release, wheel, rev=base)
+        except HarnessError:
+            raise HarnessError(
+                f"{repo}'s last {len(patches)} commits are the series, but on {base}, which "
+                f"is neither Ray {release.version}'s commit {release.commit} nor a stand-in "
+                f"at the pin. Nothing was changed.") from None
+        return CheckoutResult(repo, base, why, len(patches), already=True)
     refuse_dirty(repo)
     if not patches:
-        return
+        return CheckoutResult(repo, head, why, 0, already=False)
     am = ["am", "--3way", "--keep-cr", "--keep-non-patch", *(p.resolve() for p in patches)]
     try:
         result = run_git(am, repo, isolated=False)
@@ -902,7 +1001,7 @@ def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease) -
         run_git(["am", "--abort"], repo, isolated=False)
         raise
     if result.returncode == 0:
-        return
+        return CheckoutResult(repo, head, why, len(patches), already=False)
     output = output_tail(result)
     run_git(["am", "--abort"], repo, isolated=False)
     now = git_output(["rev-parse", "HEAD"], repo, isolated=False).strip()

@@ -34,7 +34,9 @@ from pathlib import Path, PurePosixPath
 
 from harness.errors import HarnessError
 from harness.patchset import (
+    SERVE,
     apply_to_checkout,
+    at_the_pin,
     build_workspace,
     checkout_top,
     extract_from_wheel,
@@ -49,7 +51,6 @@ from harness.patchset import (
 from harness.paths import BUILD_DIR, ROOT, WHEELHOUSE_DIR
 from harness.pin import RayRelease, check_installed
 
-SERVE = "python/ray/serve"
 TEST_VENVS_DIR = BUILD_DIR / "test-venvs"
 STANDIN_DIR = BUILD_DIR / "ray-standin"
 _COMPLETE = ".complete"
@@ -371,40 +372,6 @@ def run_patch_tests(env: TestEnv, patches: Sequence[Path], index: int, tree: Pat
 
 
 # ------------------------------------------------------------ pr-branches
-
-
-def wheel_serve_tree(wheel: Path) -> str:
-    """The git tree id the wheel's ray/serve would have at python/ray/serve.
-
-    Equal tree ids mean equal names, bytes and executable bits, which is how a
-    stand-in checkout built from the pinned wheel is recognised."""
-    with tempfile.TemporaryDirectory(prefix="ray-serve-tree-") as tmp:
-        repo = Path(tmp)
-        git_output(["init", "--quiet", repo], repo)
-        extract_from_wheel(wheel, repo / "python")
-        git_output(["add", "--all"], repo)
-        return git_output(["write-tree", f"--prefix={SERVE}/"], repo).strip()
-
-
-def at_the_pin(repo: Path, release: RayRelease, wheel: Path) -> tuple[str, str]:
-    """(HEAD, why it counts as the pin), or a refusal.
-
-    A real checkout is at the pin when HEAD is the pinned commit. There is no
-    Ray clone on every machine, so a stand-in also counts: a repo whose
-    python/ray/serve is the pinned wheel's tree byte for byte. No real Ray
-    commit matches that (its tree has BUILD files and tests the wheel lacks),
-    so the two cases cannot be confused."""
-    head = git_output(["rev-parse", "HEAD"], repo, isolated=False).strip()
-    if release.commit and head == release.commit:
-        return head, f"HEAD is Ray {release.version}'s commit"
-    found = run_git(["rev-parse", "--verify", "--quiet", f"HEAD:{SERVE}"], repo, isolated=False)
-    if found.returncode == 0 and found.stdout.strip() == wheel_serve_tree(wheel):
-        return head, (f"a stand-in: its {SERVE} is {wheel.name}'s ray/serve, byte for byte")
-    raise HarnessError(
-        f"{repo} is at {head[:12]}, which is neither Ray {release.version}'s commit "
-        f"{release.commit} nor a tree whose {SERVE} is {wheel.name}'s. Nothing was changed. "
-        f"Run `git -C {repo} switch --detach {release.commit}` (or build a stand-in with "
-        f"`python -m harness upstream standin`) and run again.")
 
 
 @dataclass

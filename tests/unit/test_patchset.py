@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -391,6 +392,110 @@ def test_checkout_failed_am_leaves_checkout_as_it_was(tmp_path: Path, series: li
     assert git(repo, "rev-parse", "HEAD") == release.commit
     assert git(repo, "status", "--porcelain") == ""
     assert not (repo / ".git" / "rebase-apply").exists()
+
+
+def standin(tmp_path: Path) -> tuple[Path, Path]:
+    """The pinned wheel and a stand-in checkout built from it, as `python -m
+    harness upstream standin` builds one."""
+    from harness.upstream import build_standin
+
+    wheel = fake_wheel(tmp_path / "ray-2.60.0-py3-none-any.whl")
+    return wheel, build_standin(wheel, tmp_path / "ray-standin")
+
+
+def test_checkout_accepts_the_stand_in(tmp_path: Path, series: list[Path]) -> None:
+    wheel, repo = standin(tmp_path)
+    base = git(repo, "rev-parse", "HEAD")
+    result = apply_to_checkout(repo, series[:2], RELEASE, wheel)
+    assert not result.already and "stand-in" in result.why and result.base == base
+    assert git(repo, "log", "--format=%s", f"{base}..HEAD").splitlines() == [
+        "[Serve] Router skips draining replicas",
+        "[Serve] Drain replicas in two phases",
+    ]
+    assert "2 patches applied" in result.format()
+
+
+def test_checkout_without_the_wheel_is_not_taken_for_a_stand_in(
+    tmp_path: Path, series: list[Path]
+) -> None:
+    _, repo = standin(tmp_path)
+    with pytest.raises(HarnessError, match="upstream standin"):
+        apply_to_checkout(repo, series[:2], RELEASE)
+
+
+@pytest.mark.parametrize("kind", ["stand-in", "pinned commit"])
+def test_checkout_second_apply_is_a_no_op(tmp_path: Path, series: list[Path], kind: str) -> None:
+    if kind == "stand-in":
+        wheel, repo = standin(tmp_path)
+        release = RELEASE
+    else:
+        wheel, (repo, release) = None, ray_checkout(tmp_path / "ray")
+    base = git(repo, "rev-parse", "HEAD")
+    apply_to_checkout(repo, series[:2], release, wheel)
+    head = git(repo, "rev-parse", "HEAD")
+    again = apply_to_checkout(repo, series[:2], release, wheel)
+    assert again.already and again.base == base and again.count == 2
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert again.format().endswith("nothing to do")
+
+
+def test_checkout_with_only_part_of_the_series_is_refused(
+    tmp_path: Path, series: list[Path]
+) -> None:
+    wheel, repo = standin(tmp_path)
+    apply_to_checkout(repo, series[:1], RELEASE, wheel)
+    head = git(repo, "rev-parse", "HEAD")
+    with pytest.raises(HarnessError, match=f"is at {head}, which is neither"):
+        apply_to_checkout(repo, series[:2], RELEASE, wheel)
+    assert git(repo, "rev-parse", "HEAD") == head
+
+
+def test_checkout_carrying_the_series_off_the_pin_is_refused(
+    tmp_path: Path, series: list[Path]
+) -> None:
+    repo, release = ray_checkout(tmp_path / "ray")
+    commit(repo, "upstream moved on", {"ray/serve/api.py": "def run(app):\n    return 1\n"})
+    moved = git(repo, "rev-parse", "HEAD")
+    apply_to_checkout(repo, series[:2], replace(release, commit=moved))
+    with pytest.raises(HarnessError, match=f"series, but on {moved}"):
+        apply_to_checkout(repo, series[:2], release)
+
+
+def _patches_apply(monkeypatch, wheel: Path, repo: Path, series: list[Path]) -> int:
+    """`RAY_SRC=repo python -m harness patches apply` with this series and wheel."""
+    import signal
+
+    import harness.__main__ as cli
+    import harness.pin
+    import harness.wheels
+
+    monkeypatch.setenv("RAY_SRC", str(repo))
+    monkeypatch.setattr(harness.pin, "read_series", lambda: series)
+    monkeypatch.setattr(harness.wheels, "ensure_wheelhouse", lambda release: wheel.parent)
+    monkeypatch.setattr(harness.wheels, "verify_ray_wheel", lambda house, release: wheel)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        return cli.main(["patches", "apply"])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_make_apply_patches_on_the_stand_in_twice(monkeypatch, capsys, tmp_path: Path,
+                                                   series: list[Path]) -> None:
+    wheel, repo = standin(tmp_path)
+    assert _patches_apply(monkeypatch, wheel, repo, series[:2]) == 0
+    assert "2 patches applied" in capsys.readouterr().out
+    head = git(repo, "rev-parse", "HEAD")
+    assert _patches_apply(monkeypatch, wheel, repo, series[:2]) == 0
+    assert "already carries the series" in capsys.readouterr().out
+    assert git(repo, "rev-parse", "HEAD") == head
+
+
+def test_make_apply_patches_with_a_bad_ray_src_is_2(monkeypatch, capsys, tmp_path: Path,
+                                                    series: list[Path]) -> None:
+    wheel = fake_wheel(tmp_path / "ray-2.60.0-py3-none-any.whl")
+    assert _patches_apply(monkeypatch, wheel, tmp_path / "nowhere", series[:2]) == 2
+    assert "does not exist; set RAY_SRC" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------- workspace
