@@ -102,10 +102,10 @@ bench-membership: $(PY) ## HAProxy reloads and change-to-routing latency per rep
 
 SOAK_RUNS ?= 3
 SOAK_MINUTES ?= 10
-soak: $(PY) ## spot preemption every ~3 min under load, seed-002 ladder vs Ray defaults (SOAK_RUNS x SOAK_MINUTES each)
+soak: $(PY) ## spot preemption every ~3 min under load, spot-notice ladder vs Ray defaults (SOAK_RUNS x SOAK_MINUTES each)
 	@$(call harness_run,$(HARNESS) soak --runs $(SOAK_RUNS) --minutes $(SOAK_MINUTES))
 
-ladder-check: $(PY) ## check a timeout ladder, orderings A-J: make ladder-check FILE=examples/ladder/seed-002.yaml
+ladder-check: $(PY) ## check a timeout ladder, orderings A-J: make ladder-check FILE=examples/ladder/spot-notice-ladder.yaml
 	@test -n "$(FILE)" || { echo "usage: make ladder-check FILE=path.yaml (see examples/ladder/)" >&2; exit 2; }
 	@$(call harness_run,$(HARNESS) ladder check $(FILE))
 

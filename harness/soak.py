@@ -1,7 +1,8 @@
 """`make soak`: spot preemptions under sustained load, for minutes on end, with
-the seed-002 ladder and with Ray's defaults, printed as seed 002's table.
+the spot-notice ladder and with Ray's defaults, printed as the spot-notice
+acceptance table (docs/architecture.md, Glossary).
 
-Each run is a fresh cluster (head + 2 workers) serving seed 002's workload
+Each run is a fresh cluster (head + 2 workers) serving the spot-notice workload
 (harness/apps/workload.py: short, streaming and 8-20 s long-runner requests,
 warm floors of 2 replicas per deployment) through the front LB at a steady
 open-loop rate. About every `interval_s` a worker gets a full spot notice
@@ -9,12 +10,12 @@ open-loop rate. About every `interval_s` a worker gets a full spot notice
 both configurations); when the notice ends its container is killed and a
 replacement worker joins and registers with the LB, as an autoscaler would.
 
-    seed-002 ladder      the node env, gst, wait loop and request timeout of
+    spot-notice ladder   the node env, gst, wait loop and request timeout of
                          harness/ladder.py:Ladder (ordering E included)
     Ray 2.60.0 defaults  nothing set: the env, http_options and deployment
                          options Ray ships with
 
-Every run is judged on its own against seed 002's 0.01% failure threshold.
+Every run is judged on its own against the acceptance table's 0.01% failure threshold.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ FIRST_NOTICE_S = 20.0  # steady load before the first notice
 # No notice starts unless its node is killed this long before the load ends,
 # so every preemption is seen through to the end with traffic on.
 TAIL_S = 15.0
-LADDER_CONFIG = "seed-002 ladder"
+LADDER_CONFIG = "spot-notice ladder"
 CONFIGS: dict[str, Ladder | None] = {LADDER_CONFIG: Ladder(), "Ray 2.60.0 defaults": None}
 
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 # stuck_receiver passes with the stuck bound taken out (a paused controller resolves
 # queued pushes on resume; so does a 10 s partition). README.md has the runs.
 # spot_preemption at half scale: every ordering still holds and it takes half the
-# time; the full seed-002 ladder is `python -m harness run spot_preemption`.
+# time; the full spot-notice ladder is `python -m harness run spot_preemption`.
 OPTIONS = {"spot_preemption": {"scale": 0.5}}
 # membership_churn on the patched image only: its flags-off run is the negative
 # control on the same code path as stock (which lost as much in every run), and

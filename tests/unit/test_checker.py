@@ -216,9 +216,9 @@ def test_table_for_a_known_verdict():
     )
 
 
-def test_table_reproduces_the_seed_002_rows():
+def test_table_reproduces_the_spot_notice_acceptance_rows():
     base = check(History())
-    seed = [
+    proposal = [
         ("10:14", 915.0, 13_693_936, 1, 15_155.82),
         ("10:35", 935.7, 13_905_934, 0, 15_046.36),
         ("11:11", 940.1, 13_895_566, 0, 14_963.30),
@@ -229,11 +229,11 @@ def test_table_reproduces_the_seed_002_rows():
         dataclasses.replace(
             base, label=label, duration_s=d, requests=n, failures=f, rps=rps, passed=True
         )
-        for label, d, n, f, rps in seed
+        for label, d, n, f, rps in proposal
     ]
     lines = table(verdicts).splitlines()
     assert lines[2] == "| 10:14 | 915.0s | 13,693,936 | 1 | 15,155.82 | PASSED |"
-    # The seed's total row says 78 min of wall clock; the runs themselves sum to 77.
+    # The proposal's total row says 78 min of wall clock; the runs themselves sum to 77.
     assert lines[-1] == "| total | 77 min | 69,224,241 | 1 | ~15,100 | 5 / 5 |"
 
 

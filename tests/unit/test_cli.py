@@ -85,14 +85,15 @@ def test_no_help_points_outside_the_repo() -> None:
 # ------------------------------------------------------------------ ladder check
 
 
-@pytest.mark.parametrize("name, code", [("seed-002-fixed.yaml", 0), ("seed-002.yaml", 1)])
+@pytest.mark.parametrize("name, code", [("spot-notice-ladder-fixed.yaml", 0),
+                                        ("spot-notice-ladder.yaml", 1)])
 def test_ladder_pass_and_fail(capsys, name: str, code: int) -> None:
     assert cli.main(["ladder", "check", str(EXAMPLES / name)]) == code
     assert capsys.readouterr().out.rstrip().endswith(f"(exit {code})")
 
 
 def test_ladder_unknown_is_3(tmp_path: Path, capsys) -> None:
-    text = (EXAMPLES / "seed-002-fixed.yaml").read_text()
+    text = (EXAMPLES / "spot-notice-ladder-fixed.yaml").read_text()
     path = tmp_path / "service.yaml"
     path.write_text(text.replace("load_balancer:\n  deregistration: 2s\n", ""))
     assert cli.main(["ladder", "check", str(path)]) == 3
@@ -130,11 +131,11 @@ def test_run_an_outcome_other_than_claimed_is_1(monkeypatch, tmp_path: Path, cap
 def test_soak_over_the_threshold_is_1(monkeypatch, capsys) -> None:
     import harness.soak as soak
 
-    runs = [types.SimpleNamespace(label="seed-002 ladder #1", passed=False)]
+    runs = [types.SimpleNamespace(label="spot-notice ladder #1", passed=False)]
     monkeypatch.setattr(soak, "soak", lambda *args, **kwargs: {soak.LADDER_CONFIG: runs})
     monkeypatch.setattr(soak, "print_soak", lambda results: None)
     assert cli.main(["soak", "--runs", "1", "--minutes", "1"]) == 1
-    assert "seed-002 ladder #1 failed" in capsys.readouterr().err
+    assert "spot-notice ladder #1 failed" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ upstream

@@ -1,6 +1,6 @@
 """The timeout ladder: the scaled ladder keeps every ordering or refuses the
 factor, and `python -m harness ladder check FILE` judges a service description
-the way the spec's orderings A-J do, naming the line of anything it cannot read."""
+by orderings A-J (docs/architecture.md), naming the line of anything it cannot read."""
 
 import re
 import subprocess
@@ -46,7 +46,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 # ------------------------------------------------------------------ the model and scaling
 
 
-def test_seed_002_ladder_with_e_fails_no_ordering():
+def test_spot_notice_ladder_with_e_fails_no_ordering():
     statuses = {o.key: o.status for o in Ladder().orderings()}
     assert "fail" not in statuses.values()
     # The dataclass does not know the harness's LB or clients: those stay unknown.
@@ -87,7 +87,7 @@ def test_a_factor_that_breaks_an_ordering_is_refused():
         Ladder().scaled(0.25)
 
 
-def test_seed_002_gst_without_e_fails_ordering_e_with_its_arithmetic():
+def test_spot_notice_gst_without_e_fails_ordering_e_with_its_arithmetic():
     # Set in the config file, a gst is not floored: the force-kill lands at MIN.
     ladder = Ladder(deployments=(Deployment("ingress", True, 20.0),))
     [e] = [o for o in ladder.orderings() if o.key.startswith("E[")]
@@ -107,8 +107,8 @@ def test_a_gst_left_to_the_code_is_floored_at_min_plus_the_buffer():
 # ------------------------------------------------------------------ the example files
 
 
-def test_seed_002_example_flags_ordering_e():
-    result = check_file(EXAMPLES / "seed-002.yaml")
+def test_spot_notice_example_flags_ordering_e():
+    result = check_file(EXAMPLES / "spot-notice-ladder.yaml")
     failing = {o.key for _, o in result.results() if o.status == "fail"}
     # G as well, at its boundary: with the force-kill at MIN (30 s) the last
     # reload is at deadline - 30 s, and its old worker lives until the deadline.
@@ -142,7 +142,7 @@ def test_ray_defaults_example_fails_for_rays_defaults():
 
 
 def test_fixed_example_passes_and_is_the_default_ladder():
-    result = check_file(EXAMPLES / "seed-002-fixed.yaml")
+    result = check_file(EXAMPLES / "spot-notice-ladder-fixed.yaml")
     assert result.exit_code == 0, result.render()
     assert all(o.holds for _, o in result.results())
     [(_, loaded)] = result.groups
@@ -173,7 +173,7 @@ http_options:
 
 
 def test_only_unknowns_exit_3_and_say_what_is_missing(tmp_path):
-    text = (EXAMPLES / "seed-002-fixed.yaml").read_text()
+    text = (EXAMPLES / "spot-notice-ladder-fixed.yaml").read_text()
     text = text.replace("load_balancer:\n  deregistration: 2s\n", "")
     result = check_file(_write(tmp_path, text))
     assert result.exit_code == 3
@@ -203,7 +203,7 @@ deployments:
 
 
 def test_node_groups_sharing_an_anchor_share_one_ladder(tmp_path):
-    result = check_file(EXAMPLES / "seed-002.yaml")
+    result = check_file(EXAMPLES / "spot-notice-ladder.yaml")
     assert [label for label, _ in result.groups] == ["nodes head, worker: one env"]
     assert not result.env_differences
 
@@ -283,7 +283,8 @@ def test_what_is_not_a_duration(value):
 
 
 @pytest.mark.parametrize("name, code", [
-    ("seed-002.yaml", 1), ("ray-2.60.0-defaults.yaml", 1), ("seed-002-fixed.yaml", 0)])
+    ("spot-notice-ladder.yaml", 1), ("ray-2.60.0-defaults.yaml", 1),
+    ("spot-notice-ladder-fixed.yaml", 0)])
 def test_cli_exit_code(name, code):
     run = subprocess.run([sys.executable, "-m", "harness", "ladder", "check",
                           f"examples/ladder/{name}"], cwd=ROOT, capture_output=True, text=True)

@@ -33,13 +33,14 @@ def _make(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def ladder_files(tmp_path: Path) -> dict[str, Path]:
-    fixed = (EXAMPLES / "seed-002-fixed.yaml").read_text()
+    fixed = (EXAMPLES / "spot-notice-ladder-fixed.yaml").read_text()
     unknown = tmp_path / "unknown.yaml"
     # Without the LB's deregistration time ordering G can only be unknown.
     unknown.write_text(fixed.replace("load_balancer:\n  deregistration: 2s\n", ""))
     malformed = tmp_path / "malformed.yaml"
     malformed.write_text("node_env: [\n")
-    return {"pass": EXAMPLES / "seed-002-fixed.yaml", "fail": EXAMPLES / "seed-002.yaml",
+    return {"pass": EXAMPLES / "spot-notice-ladder-fixed.yaml",
+            "fail": EXAMPLES / "spot-notice-ladder.yaml",
             "unknown": unknown, "malformed": malformed}
 
 
