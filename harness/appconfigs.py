@@ -28,7 +28,7 @@ def echo_app(num_replicas: int = 3, max_replicas_per_node: int | None = 1,
 
 def workload_apps(short_floor: int = 2, long_floor: int = 2, max_replicas: int = 6,
                   **deployment_options) -> list[dict]:
-    """Seed 002's workload as two apps: echo at / (short and streaming requests)
+    """The spot-notice workload as two apps: echo at / (short and streaming requests)
     and the long-runner at /long/, each with a warm floor of `min_replicas` that
     autoscaling never goes below, so a drained node's replicas always have
     somewhere warm to go. `deployment_options` (the ladder's gst and wait loop)

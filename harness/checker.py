@@ -1,5 +1,6 @@
 """The checker: a recorded History in, a Verdict out, and the markdown tables that
-print verdicts (the seed-002 run table and the side-by-side comparison of images).
+print verdicts (the spot-notice acceptance table, docs/architecture.md, and the
+side-by-side comparison of images).
 
 It judges the record only (Jepsen's split): pure functions over Request and Event
 rows, no I/O, no Docker, no clock. Writing files is the report's job.
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from harness.history import OBSERVED, Event, History, Request
 
-# The seed-002 acceptance threshold: 0.01% of requests may fail.
+# The spot-notice acceptance threshold: 0.01% of requests may fail.
 DEFAULT_THRESHOLD = 0.0001
 DEFAULT_GRACE_S = 5.0
 
@@ -307,7 +308,7 @@ def check(
 
 def format_percent(rate: float) -> str:
     """A fraction as a percentage with two significant digits once it is small, so
-    one failure in 69 million reads 0.0000014%, as in seed 002."""
+    one failure in 69 million reads 0.0000014%, as in the spot-notice acceptance table."""
     pct = rate * 100
     if pct == 0:
         return "0%"
@@ -317,8 +318,8 @@ def format_percent(rate: float) -> str:
 
 
 def _approx(value: float) -> str:
-    # Three significant figures: a mean over runs is a ballpark, and seed 002 says so
-    # with "~15,100".
+    # Three significant figures: a mean over runs is a ballpark, and the acceptance
+    # table says so with "~15,100".
     if value == 0:
         return "~0"
     digits = math.floor(math.log10(abs(value)))
@@ -328,7 +329,7 @@ def _approx(value: float) -> str:
 
 
 def _total_duration(seconds: float) -> str:
-    # Whole minutes read well for long soaks (seed 002: "78 min") but would turn a
+    # Whole minutes read well for long soaks (the acceptance table: "78 min") but would turn a
     # 100 s scenario into "2 min"; short totals stay in seconds like the rows.
     return f"{seconds / 60:.0f} min" if seconds >= 600 else f"{seconds:.1f}s"
 
@@ -342,7 +343,7 @@ def _row(cells: Sequence[str]) -> str:
 
 
 def table(verdicts: list[Verdict]) -> str:
-    """The seed-002 verification table: one row per run, then a total row."""
+    """The spot-notice acceptance table: one row per run, then a total row."""
     lines = [
         _row(["Run", "Duration", "Requests", "Failures", "RPS", "Result"]),
         "|---|---:|---:|---:|---:|---|",

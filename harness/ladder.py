@@ -1,7 +1,8 @@
-"""The timeout ladder of seed 002 (node retirement inside a spot notice): one model
-of its knobs, the orderings A-J of specs/drain-and-preemption.md section 4.2
-checked on it, the one factor that scales it down for short test runs, and the
-YAML service description that `python -m harness ladder check FILE` reads.
+"""The timeout ladder (node retirement inside a spot notice): one model of its
+knobs, the orderings A-J checked on it (docs/architecture.md, "The timeout
+ladder", says what each protects), the one factor that scales it down for
+short test runs, and the YAML service description that `python -m harness
+ladder check FILE` reads.
 
 Scaling multiplies every time the service sets by one factor, so every ordering
 between them holds at any scale. Two of Ray's values do not scale because they are
@@ -175,7 +176,7 @@ class Deployment:
 
 @dataclass(frozen=True)
 class Ladder:
-    """Seed 002's ladder with ordering E, as the spot scenario runs it.
+    """The spot-notice ladder with ordering E, as the spot scenario runs it.
 
     None means "not known" for the values only the environment fixes, and "no
     such timeout" for HAProxy's timeouts (Ray renders no directive, or 0)."""
@@ -194,8 +195,9 @@ class Ladder:
     proxy_min_draining_s: float = 30.0  # RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S
     port_quarantine_s: float | None = None  # None: Ray's default, hard-stop-after + 30
     sigterm_drain_timeout_s: float = RAY_SIGTERM_DRAIN_DEFAULT_S
-    # Ordering E (missing from seed 002): a request admitted at the end of the
-    # drain window must finish before the force-kill: MIN + timeout + loop + margin.
+    # Ordering E (missing from the ladder as proposed): a request admitted at the
+    # end of the drain window must finish before the force-kill: MIN + timeout +
+    # loop + margin.
     deployments: tuple[Deployment, ...] = (Deployment("ingress", True, 59.0, 2.0),)
     margin_s: float = 1.0  # the slack orderings E, F, H and I leave
     notice_s: float | None = 120.0
@@ -290,7 +292,7 @@ class Ladder:
     # -------------------------------------------------- the orderings
 
     def orderings(self) -> list[Ordering]:
-        """Orderings A-J of specs/drain-and-preemption.md section 4.2, E once per deployment."""
+        """Orderings A-J (docs/architecture.md), E once per deployment."""
         return [self._a(), self._b(), self._c(), self._d(), *self._e(), self._f(), self._g(),
                 self._h(), self._i(), self._j()]
 
@@ -360,7 +362,7 @@ class Ladder:
                            [hard_stop])]
         notes = []
         if self.haproxy_close_spread_s is not None:
-            # The spec's stricter form: the last request a stale worker admits on an
+            # C's stricter form: the last request a stale worker admits on an
             # idle keep-alive connection comes within close-spread of the reload.
             checks.append(_compare([Term("close-spread-time", self.haproxy_close_spread_s),
                                     self._limit(self.request_timeout_s, "request_timeout_s")],
@@ -370,8 +372,8 @@ class Ladder:
             late = self.haproxy_hard_stop_after_s - self.request_timeout_s
             notes.append(f"RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S unset: a stale worker's idle "
                          f"keep-alive connection can admit a request until hard-stop-after; one "
-                         f"admitted more than {_num(late)} s after the reload is cut (seed 002's "
-                         f"open item)")
+                         f"admitted more than {_num(late)} s after the reload is cut (a gap no "
+                         f"hard-stop-after closes)")
         return Ordering("C", "timeout server < hard-stop-after: a request on a soft-stopped "
                              "worker ends by a timeout, not a cut connection",
                         tuple(checks), tuple(notes))
@@ -862,7 +864,7 @@ def _shared_fields(doc: _Doc, top: dict) -> tuple[dict, list]:
         rows.append(("margin", f"{_num(values['margin_s'])} s", doc.line(top["margin"][1])))
     else:
         values["margin_s"] = 1.0
-        rows.append(("margin", "1 s", "checker default (spec 4.2 E: 'about 1 s')"))
+        rows.append(("margin", "1 s", "checker default (ordering E's slack, about 1 s)"))
     return values, rows
 
 
@@ -890,7 +892,7 @@ class LadderCheck:
         out = [f"ladder check: {self.path} (Ray 2.60.0, Serve behind HAProxy)"]
         if self.env_differences:
             out += ["", "env  FAIL  the nodes' envs differ; Ray reads them in every process, so "
-                        "set them identically on every node (spec section 4):"]
+                        "set them identically on every node:"]
             out += [f"       {line}" for line in self.env_differences]
         for label, ladder in self.groups:
             out += ["", f"{label}", "  inputs"]

@@ -1,4 +1,4 @@
-"""The spot workload of seed 002: short requests, and long-runners that hold a
+"""The spot-notice workload: short requests, and long-runners that hold a
 replica for 8-20 s, served by separate deployments so each has its own warm
 floor (`min_replicas`) and its own drain.
 
@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 
 from harness.apps.echo import replica_identity
 
-# Seed 002's longest request. The ladder's ordering A (long-runner < request
+# The spot-notice ladder's longest request. Ordering A (long-runner < request
 # timeout) is only as good as this clamp.
 LONG_RUNNER_MAX_S = 20.0
 

@@ -1,4 +1,4 @@
-"""Replica health scenarios (seed 004): stock 2.60.0, which probes every
+"""Replica health scenarios (push-based health): stock 2.60.0, which probes every
 replica, against the patched image with RAY_SERVE_ENABLE_PUSH_HEALTH=1.
 
     health_failure   a replica's check starts failing; it is replaced in both,
@@ -87,7 +87,7 @@ class _HealthScenario(Scenario):
 
 class HealthFailure(_HealthScenario):
     name = "health_failure"
-    title = "A replica's health check starts failing (seed 004)"
+    title = "A replica's health check starts failing (push-based health)"
 
     def run_once(self, image_tag: str, label: str) -> History:
         history = History()
@@ -141,7 +141,7 @@ class HealthFailure(_HealthScenario):
 
 class ControllerLag(_HealthScenario):
     name = "controller_lag"
-    title = "Controller lag: SIGSTOP/SIGCONT cycles on the Serve controller (seed 004)"
+    title = "Controller lag: SIGSTOP/SIGCONT cycles on the Serve controller (push-based health)"
     cycles, stop_s, run_s = 4, 6.0, 2.0
 
     def run_once(self, image_tag: str, label: str) -> History:
@@ -192,7 +192,7 @@ class ControllerLag(_HealthScenario):
 
 class StuckReceiver(_HealthScenario):
     name = "stuck_receiver"
-    title = "Controller paused longer than RAY_SERVE_METRICS_PUSH_STUCK_S (seed 004)"
+    title = "Controller paused longer than RAY_SERVE_METRICS_PUSH_STUCK_S (push-based health)"
     stuck_s, pause_s = 4.0, 12.0
 
     def run_once(self, image_tag: str, label: str) -> History:

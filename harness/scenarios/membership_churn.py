@@ -1,5 +1,5 @@
-"""membership_churn (issue 6, seeds 000 and 002): a replica added or removed
-about every second for a minute, under keep-alive load with a long slice.
+"""membership_churn (runtime membership): a replica added or removed about
+every second for a minute, under keep-alive load with a long slice.
 
     2.60.0-stock               every change reloads HAProxy; each reload leaves
                                an old worker that keeps idle keep-alive
@@ -75,7 +75,7 @@ def _apps(replicas: int) -> dict:
 
 class MembershipChurn(Scenario):
     name = "membership_churn"
-    title = "A replica swapped every second under keep-alive load (issue 6)"
+    title = "A replica swapped every second under keep-alive load"
 
     def __init__(self, duration_s: float = 60.0, interval_s: float = 1.0,
                  rate: float = 60.0, connections: int = 24) -> None:

@@ -1,4 +1,4 @@
-"""request_overrun (issue 5, ordering B): where a request that runs past its
+"""request_overrun (ordering B): where a request that runs past its
 budget surfaces, and as what.
 
 Two clusters of the same image, differing only in the ladder:

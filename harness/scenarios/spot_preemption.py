@@ -1,9 +1,9 @@
-"""spot_preemption (seed 002): a worker node gets a spot notice under mixed
+"""spot_preemption (the spot-notice ladder): a worker node gets a spot notice under mixed
 load (short, long-runner, streaming) through the front load balancer.
 
 The nemesis plays the node agent: notice, detection delay, a GCS drain with
 reason PREEMPTION and a deadline, and the container killed when the notice
-ends. The seed-002 ladder (with ordering E) runs at full scale by default:
+ends. The spot-notice ladder (with ordering E) runs at full scale by default:
 notice 120 s, detection 10 s, drain deadline 60 s. `scale` multiplies every
 time by one factor, which keeps every ordering (make test runs it at 0.5).
 
@@ -53,7 +53,7 @@ LOG_ROWS = [
 
 class SpotPreemption(Scenario):
     name = "spot_preemption"
-    title = "Spot preemption under mixed load, seed-002 ladder (seed 002)"
+    title = "Spot preemption under mixed load, spot-notice ladder"
 
     def __init__(self, scale: float = 1.0, rate: float = 25.0) -> None:
         self.ladder = Ladder().scaled(scale)

@@ -1,4 +1,4 @@
-"""stale_worker_drain (seed 000): a stale HAProxy worker routes to a draining
+"""stale_worker_drain (the two-phase drain): a stale HAProxy worker routes to a draining
 replica. Stock 2.59.0 severs those requests; 2.60.0 refuses them at connect
 time after the drain window, HAProxy redispatches them, and none fails.
 
@@ -64,7 +64,7 @@ def _app(replicas: int, request_timeout_s: float | None = None) -> dict:
 
 class StaleWorkerDrain(Scenario):
     name = "stale_worker_drain"
-    title = "Stale HAProxy worker routing to a draining replica (seed 000)"
+    title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
     request_timeout_s: float | None = None  # http_options.request_timeout_s
 
     def __init__(self, events: int = 2, stale: int = 20, pins: int = 4, controls: int = 5,
@@ -167,18 +167,18 @@ class StaleWorkerDrain(Scenario):
 
 
 class DrainWindowAdmission(StaleWorkerDrain):
-    """drain_window_admission (issue 5, ordering E): the same event, but the
+    """drain_window_admission (ordering E): the same event, but the
     long requests arrive on the stale connections inside the drain window
     (STOP + ~3.5 s, window 5 s), where the stopping replica still admits them.
     They need 8 s, so they outlive the force-kill at the floor STOP + 10 s
     (MIN_DRAINING + SHUTDOWN_BUFFER_S): stock 2.60.0 cuts the ones the old
-    worker sends to the stopping replica, as in the lab's phase1 variant. With
-    the ordering-E patch and a request timeout of 10 s, the budget is MIN + 10 s
-    + the wait loop + a margin, which covers them.
+    worker sends to the stopping replica. With the ordering-E patch and a
+    request timeout of 10 s, the budget is MIN + 10 s + the wait loop + a
+    margin, which covers them.
     """
 
     name = "drain_window_admission"
-    title = "Long requests admitted inside the drain window (ordering E, issue 5)"
+    title = "Long requests admitted inside the drain window (ordering E)"
     request_timeout_s = 10.0
 
     def __init__(self, events: int = 2, stale: int = 20, pins: int = 4, controls: int = 5,
