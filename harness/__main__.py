@@ -214,7 +214,8 @@ def cmd_soak(args) -> None:
     # The ladder is the claim; Ray's defaults are the comparison, reported only.
     failed = [v.label for v in results[soak.LADDER_CONFIG] if not v.passed]
     if failed:
-        raise VerdictFailed(f"soak: {', '.join(failed)} failed seed 002's 0.01% threshold")
+        raise VerdictFailed(f"soak: {', '.join(failed)} failed the spot-notice acceptance "
+                            "threshold (0.01%)")
 
 
 def cmd_ladder(args) -> None:
@@ -334,8 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="repeat; the last is the one under test (default: 2.59.0-stock, "
                         "2.60.0-patched)")
     p.add_argument("--scale", type=float, default=None,
-                   help="scale the timeout ladder (spot_preemption): 1 is seed 002's own "
-                        "times (the default), 0.5 halves every one of them")
+                   help="scale the timeout ladder (spot_preemption): 1 is the spot-notice "
+                        "ladder's own times (the default), 0.5 halves every one of them")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -355,8 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="membership: replicas added and removed per configuration")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("soak", help="spot preemptions under sustained load, seed-002 ladder "
-                                    "vs Ray's defaults, as seed 002's table")
+    p = sub.add_parser("soak", help="spot preemptions under sustained load, spot-notice "
+                                    "ladder vs Ray's defaults, as the spot-notice "
+                                    "acceptance table")
     p.add_argument("--runs", type=int, default=3, help="runs per configuration")
     p.add_argument("--minutes", type=float, default=10.0, help="length of each run")
     p.add_argument("--interval", type=float, default=180.0,
@@ -373,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "description; examples/ladder/ has three. Exit 0: every "
                     "ordering holds; 1: one fails; 2: the file is wrong; 3: none fails but "
                     "some need values the file does not give.")
-    c.add_argument("file", help="e.g. examples/ladder/seed-002.yaml")
+    c.add_argument("file", help="e.g. examples/ladder/spot-notice-ladder.yaml")
     p.set_defaults(func=cmd_ladder)
 
     p = sub.add_parser("upstream", help="the series as upstream PRs: branches, descriptions, "

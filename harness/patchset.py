@@ -11,7 +11,9 @@ Site-packages state lives in one place, `<site-packages>/.ray-patches/`:
     originals/      pristine copies of the touched files that existed before
     journal/        present only while a commit is in flight (see `_commit`)
 
-Patch names and `-p2` paths follow DESIGN.md section 3; the pin comes from
+Patches are `git format-patch` files against Ray's repository, so their paths
+start `a/python/`: `-p2` strips that, leaving paths relative to site-packages
+(docs/architecture.md, "The patch workflow"). The pin comes from
 `harness.pin`. Every refusal is a `HarnessError` saying what happened, what was
 left untouched and what to do.
 """
