@@ -17,17 +17,31 @@ pytestmark = pytest.mark.integration
 NAME = "rayspot-interrupt"
 
 
-@pytest.mark.parametrize("after_s", [1.5, 8.0, 26.0])
-def test_ctrl_c_during_up_leaves_nothing(patched_image, after_s):
+# When to interrupt: a fixed time into the start (the network and the head are
+# being created), or a moment after a progress line (workers joining; the app
+# deploying). Progress lines, not fixed times, because how long each phase
+# takes depends on the machine's load.
+@pytest.mark.parametrize("after_line, delay_s", [(None, 1.5), ("head up at", 1.0),
+                                                 ("front load balancer on", 2.0)])
+def test_ctrl_c_during_up_leaves_nothing(patched_image, after_line, delay_s):
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness", "up", "--name", NAME, "--image", "2.60.0-patched",
          "--port", "18123"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
-    time.sleep(after_s)
+    seen = []
+    if after_line is not None:
+        for line in proc.stdout:
+            seen.append(line)
+            if after_line in line:
+                break
+        assert proc.poll() is None, "".join(seen)
+    time.sleep(delay_s)
     created = len(engine.labelled_containers(NAME))
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
-    print(f"\ninterrupted after {after_s}s with {created} containers up; exit {proc.returncode}")
+    out = "".join(seen) + out
+    print(f"\ninterrupted {delay_s}s after {after_line or 'the start'!r} with {created} "
+          f"containers up; exit {proc.returncode}")
     assert engine.labelled_containers(NAME) == [], out
     assert engine.labelled_networks(NAME) == [], out
     if created:
