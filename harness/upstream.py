@@ -989,12 +989,18 @@ def _scenario_section(name: str, results: Path, known: set[str],
             return "-"
         return f"{_seconds(lat['p50'])} / {_seconds(lat['p99'])} / {_seconds(lat['max'])} s"
 
+    def _record(v: dict) -> str:
+        if "record_gap" not in v:
+            return "not checked (written before the record was counted)"
+        return f"INCOMPLETE: {v['record_gap']}" if v["record_gap"] else "complete"
+
     table = [row("", labels), "|---|" + "---:|" * len(labels),
              row("run started", [_utc(v.get("t0") or mtime) for v in verdicts]),
              row("image", [f"`{m.get('image', '?')}`" for m in metas])]
     if any("ladder_scale" in m for m in metas):
         table.append(row("ladder scale", [f"{m.get('ladder_scale', '-')}" for m in metas]))
     table += [
+        row("record", [_record(v) for v in verdicts]),
         row("requests", [f"{v['requests']:,}" for v in verdicts]),
         row("failed", [failed(v) for v in verdicts]),
         row("failure rate", [format_percent(v["failure_rate"]) for v in verdicts]),
