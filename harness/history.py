@@ -16,6 +16,7 @@ line per request or event.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from dataclasses import asdict, dataclass, field
@@ -158,8 +159,11 @@ class History:
         naming the file and the line."""
         history = cls()
         try:
-            lines = path.read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
+            # A history kept for later (a test fixture, an attachment) may be gzipped.
+            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else \
+                path.read_bytes()
+            lines = raw.decode().splitlines()
+        except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
             raise HarnessError(f"cannot read {path} as a history: {exc}") from exc
         for number, line in enumerate(lines, 1):
             try:

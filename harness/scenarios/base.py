@@ -30,7 +30,7 @@ from harness.paths import BUILD_DIR
 from harness.pin import load_pin
 
 RESULTS_DIR = BUILD_DIR / "results"
-HISTORY_GLOB = "history-*.jsonl"
+HISTORY_GLOB = "history-*.jsonl*"  # gzipped ones too
 
 
 @dataclass
