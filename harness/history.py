@@ -31,7 +31,9 @@ RESET = "reset"  # the connection closed or reset before a full response
 TIMEOUT = "timeout"  # the client gave up waiting (for a connection or the answer)
 TRUNCATED = "truncated"  # a response started but its body was cut short
 PROTOCOL = "protocol"  # the answer was not valid HTTP/1.1 (the text says how)
-UNFINISHED = "unfinished"  # still running when the run ended; it proved nothing
+# Still running (or never sent) when the run ended or its caller gave up. It
+# counts as a failure: the client did not see it succeed.
+UNFINISHED = "unfinished"
 CLIENT = "client"  # the client itself raised something unexpected (a bug)
 # HTTP errors are their status code as a string: "408", "500", "502", ...
 
@@ -53,7 +55,10 @@ class Request:
     node: str | None = None
     scheduled: float | None = None  # open loop: when it was due (lag = start - scheduled)
     id: int | None = None  # the ticket History.schedule handed out
-    detail: str | None = None  # why it failed, in the client's words (protocol, client)
+    detail: str | None = None  # why it failed, in the client's words
+    # False for a request that never left the client (no connection came free in
+    # time, or the run ended first): its start is when it was given up.
+    sent: bool = True
 
     @property
     def ok(self) -> bool:
@@ -105,6 +110,11 @@ class History:
         self.record(self.schedule(), request)
 
     def add_event(self, event: Event) -> None:
+        # Kept as it will read back from the saved file, so a verdict reached
+        # now and one reached by `analyze` later see the same values (a tuple
+        # is a list in both), and a value JSON cannot hold fails here, while
+        # the cluster is still there, not when the history is saved.
+        event.detail = json.loads(json.dumps(event.detail))
         with self._lock:
             self.events.append(event)
 
@@ -170,6 +180,10 @@ class History:
                 row = json.loads(line)
                 kind = row.pop("type")
                 if kind == "meta":
+                    if "scheduled" not in row:
+                        raise HarnessError(f"{path} was saved before the harness counted the "
+                                           f"requests it scheduled, so whether its record is "
+                                           f"complete cannot be told; run it again.")
                     history.scheduled = int(row.pop("scheduled"))
                     history.meta = row
                 elif kind == "request":

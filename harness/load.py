@@ -39,7 +39,9 @@ from harness.history import (
 # asyncio's StreamReader refuses a head longer than its limit (64 KiB) with
 # LimitOverrunError, which is how an oversized head is detected.
 _MAX_HEAD = 64 * 1024
-_STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])(?: [^\r\n]*)?")
+_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([1-5][0-9][0-9])(?: [^\r\n]*)?")
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 class ProtocolError(Exception):
@@ -70,9 +72,10 @@ class HTTPConnection:
 
     async def get(self, path: str, kind: str, timeout_s: float,
                   scheduled: float | None = None) -> Request:
-        """Send one GET and return its row. Never raises for anything the
-        peer or the network does: every outcome is a row with a class, and a
-        cancelled request (the run ended) is an UNFINISHED row."""
+        """Send one GET and return its row. Never raises for anything the peer
+        or the network does: every outcome is a row with a class. Cancelling
+        it still cancels it; the CancelledError carries the request's
+        UNFINISHED row as `.row`, for the caller to record (see `_recorded`)."""
         start = time.time()
         status: int | None = None
         error: str | None
@@ -83,13 +86,18 @@ class HTTPConnection:
                     await self.connect()
                 self._writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
                 await self._writer.drain()
-                status, headers = await self._read_head()
+                status, headers, keep_alive = await self._read_head()
+                while 100 <= status < 200 and status != 101:
+                    # An interim response (100 Continue, 103 Early Hints): the
+                    # answer is the final one that follows it.
+                    status, headers, keep_alive = await self._read_head()
                 body = await self._read_body(status, headers)
-        except asyncio.CancelledError:
-            # Recorded, not propagated: the caller that cancelled this request
-            # (open_loop ending) wants its row, and nothing else awaits it.
-            asyncio.current_task().uncancel()
-            error, detail = UNFINISHED, "still running when the run ended"
+        except asyncio.CancelledError as exc:
+            self.close()
+            row = self._row(kind, start, status, UNFINISHED, scheduled)
+            row.detail = "cancelled before it ended (the run ended, or its caller gave up)"
+            exc.row = row
+            raise
         except TimeoutError:
             error = TRUNCATED if status else TIMEOUT
         except ConnectionRefusedError:
@@ -104,8 +112,8 @@ class HTTPConnection:
         except Exception as exc:  # noqa: BLE001 - a client bug still gets its row
             error, detail = CLIENT, _describe(exc)
         else:
-            if headers.get("connection", "").lower() == "close" or "content-length" not in \
-                    headers and "chunked" not in headers.get("transfer-encoding", ""):
+            framed = _chunked(headers) or "content-length" in headers or status in (204, 304)
+            if not (keep_alive and framed):
                 self.close()
             row = self._row(kind, start, status, None if 200 <= status < 300 else str(status),
                             scheduled)
@@ -121,12 +129,14 @@ class HTTPConnection:
         return Request(kind=kind, start=start, end=time.time(), status=status, error=error,
                        conn=self.number, scheduled=scheduled)
 
-    async def _read_head(self) -> tuple[int, dict[str, str]]:
+    async def _read_head(self) -> tuple[int, dict[str, str], bool]:
+        """Status, headers, and whether the connection may carry another
+        request (HTTP/1.1 unless `Connection: close`; 1.0 only with keep-alive)."""
         raw = await self._reader.readuntil(b"\r\n\r\n")
         status_line, _, rest = raw.partition(b"\r\n")
         match = _STATUS_LINE.fullmatch(status_line)
         if not match:
-            raise ProtocolError(f"not an HTTP/1.1 status line: {status_line[:80]!r}")
+            raise ProtocolError(f"not an HTTP/1.x status line: {status_line[:80]!r}")
         headers = {}
         for line in rest.decode("latin-1").split("\r\n"):
             if not line:
@@ -135,33 +145,47 @@ class HTTPConnection:
             if not colon or not name.strip():
                 raise ProtocolError(f"not a header line: {line[:80]!r}")
             headers[name.strip().lower()] = value.strip()
-        return int(match.group(1)), headers
+        tokens = _tokens(headers.get("connection", ""))
+        keep_alive = "keep-alive" in tokens if match.group(1) == b"0" else "close" not in tokens
+        return int(match.group(2)), headers, keep_alive
 
     async def _read_body(self, status: int, headers: dict[str, str]) -> bytes:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
+        if status < 200 or status in (204, 304):
+            return b""
+        if _chunked(headers):
             chunks = []
             while True:
                 line = await self._reader.readuntil(b"\r\n")
                 size_text = line.split(b";")[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
-                    raise ProtocolError(f"bad chunk size {size_text[:40]!r}") from None
+                if not _HEX.fullmatch(size_text):
+                    raise ProtocolError(f"bad chunk size {size_text[:40]!r}")
+                size = int(size_text, 16)
+                if size == 0:
+                    # Trailer fields, if any, up to the empty line that ends them.
+                    while await self._reader.readuntil(b"\r\n") != b"\r\n":
+                        pass
+                    return b"".join(chunks)
                 chunk = await self._reader.readexactly(size + 2)
                 if chunk[-2:] != b"\r\n":
                     raise ProtocolError(f"chunk of {size} bytes not followed by CRLF")
-                if size == 0:
-                    return b"".join(chunks)
                 chunks.append(chunk[:-2])
-        if status < 200 or status in (204, 304):
-            return b""
         if "content-length" not in headers:
-            # HTTP/1.1 without a length: the body runs to the connection's end.
+            # No length and not chunked: the body runs to the connection's end.
             return await self._reader.read()
         text = headers["content-length"]
-        if not text.isdigit():
+        if not _DIGITS.fullmatch(text):
             raise ProtocolError(f"bad Content-Length {text[:40]!r}")
         return await self._reader.readexactly(int(text))
+
+
+def _tokens(value: str) -> set[str]:
+    return {t.strip().lower() for t in value.split(",") if t.strip()}
+
+
+def _chunked(headers: dict[str, str]) -> bool:
+    """Chunked framing: `chunked` is the last transfer coding (RFC 9112 6.3)."""
+    codings = [t.strip().lower() for t in headers.get("transfer-encoding", "").split(",")]
+    return codings[-1] == "chunked"
 
 
 def _describe(exc: BaseException) -> str:
@@ -169,14 +193,24 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+async def _recorded(history: History, ticket: int, conn: HTTPConnection, path: str, kind: str,
+                    timeout_s: float, scheduled: float | None = None) -> Request:
+    """`conn.get` whose row is recorded under `ticket` however it ends,
+    cancellation included (the cancellation then goes on)."""
+    try:
+        row = await conn.get(path, kind, timeout_s, scheduled=scheduled)
+    except asyncio.CancelledError as exc:
+        history.record(ticket, exc.row)
+        raise
+    history.record(ticket, row)
+    return row
+
+
 async def send(history: History, conn: HTTPConnection, path: str, kind: str,
                timeout_s: float) -> Request:
     """One request outside the open loop, scheduled in the history before it
     is sent so that it has its row whatever happens."""
-    ticket = history.schedule()
-    row = await conn.get(path, kind, timeout_s)
-    history.record(ticket, row)
-    return row
+    return await _recorded(history, history.schedule(), conn, path, kind, timeout_s)
 
 
 def _identity(body: bytes) -> tuple[str | None, str | None]:
@@ -236,26 +270,33 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
     for number in range(spec.connections):
         idle.put_nowait(HTTPConnection(host, port, number))
     loop = asyncio.get_running_loop()
+    # Tickets whose task has not run yet: a task cancelled before its first
+    # step never reaches its own bookkeeping, so the loop records those.
+    unstarted: dict[int, tuple[str, float]] = {}
+
+    def never_sent(ticket: int, kind: str, due: float, error: str, why: str) -> None:
+        now = time.time()
+        history.record(ticket, Request(kind=kind, start=now, end=now, status=None, error=error,
+                                       scheduled=due, sent=False, detail=f"never sent: {why}"))
 
     async def one(ticket: int, kind: str, path: str, due: float) -> None:
-        deadline = loop.time() + spec.timeout_s
+        unstarted.pop(ticket)
+        # The request's time runs from when it was due, not from when this
+        # task got to run or a connection came free.
+        deadline = loop.time() + spec.timeout_s - max(0.0, time.time() - due)
         try:
             async with asyncio.timeout_at(deadline):
                 conn = await idle.get()
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            cancelled = isinstance(exc, asyncio.CancelledError)
-            if cancelled:
-                asyncio.current_task().uncancel()
-            now = time.time()
-            history.record(ticket, Request(
-                kind=kind, start=now, end=now, status=None,
-                error=UNFINISHED if cancelled else TIMEOUT, scheduled=due,
-                detail="never sent: no connection was free"
-                       + (" when the run ended" if cancelled else f" within {spec.timeout_s:g} s")))
+        except TimeoutError:
+            never_sent(ticket, kind, due, TIMEOUT,
+                       f"no connection was free within {spec.timeout_s:g} s")
             return
+        except asyncio.CancelledError:
+            never_sent(ticket, kind, due, UNFINISHED, "no connection was free when the run ended")
+            raise
         try:
-            row = await conn.get(path, kind, max(0.0, deadline - loop.time()), scheduled=due)
-            history.record(ticket, row)
+            await _recorded(history, ticket, conn, path, kind,
+                            max(0.0, deadline - loop.time()), scheduled=due)
         finally:
             idle.put_nowait(conn)
 
@@ -270,7 +311,9 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
             if delay > 0:
                 await asyncio.sleep(delay)
             kind, path = spec.mix.draw(rng)
-            task = asyncio.create_task(one(history.schedule(), kind, path, due))
+            ticket = history.schedule()
+            unstarted[ticket] = (kind, due)
+            task = asyncio.create_task(one(ticket, kind, path, due))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
@@ -278,11 +321,13 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
             # event loop, not for the requests.
             await asyncio.wait(set(tasks), timeout=spec.timeout_s + 5)
     finally:
-        # Whatever is left is recorded as unfinished by the tasks themselves.
+        # What is still running records itself as unfinished when cancelled.
         for task in list(tasks):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        for ticket, (kind, due) in list(unstarted.items()):
+            never_sent(ticket, kind, due, UNFINISHED, "the run ended before it was due to start")
         while not idle.empty():
             idle.get_nowait().close()
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from harness.history import History
-from harness.load import HTTPConnection, LoadSpec, Mix, open_loop
+from harness.load import HTTPConnection, LoadSpec, Mix, closed_loop, open_loop, send
 
 OK_BODY = json.dumps({"replica": "r1", "node": "n1"}).encode()
 
@@ -218,9 +218,9 @@ def _classes(history: History) -> set:
 @pytest.mark.parametrize("name, response, detail", [
     ("head over 64 KiB", b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
      "LimitOverrunError"),
-    ("garbage status line", b"GARBAGE\r\n\r\n", "not an HTTP/1.1 status line"),
+    ("garbage status line", b"GARBAGE\r\n\r\n", "not an HTTP/1.x status line"),
     ("non-numeric status", b"HTTP/1.1 abc OK\r\nContent-Length: 0\r\n\r\n",
-     "not an HTTP/1.1 status line"),
+     "not an HTTP/1.x status line"),
     ("bad chunk size", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n",
      "bad chunk size"),
     ("non-numeric Content-Length", b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n",
@@ -296,3 +296,150 @@ def test_an_unexpected_client_exception_is_recorded_with_its_text(monkeypatch):
     history = _open_loop(_answer(_response(200, OK_BODY)))
     assert _classes(history) == {"client"}
     assert all(r.detail == "RuntimeError: a bug in the client" for r in history.requests)
+
+
+@pytest.mark.parametrize("size", [b"0x2", b"+2", b"-1", b"1_0"])
+def test_a_chunk_size_that_is_not_hex_digits_is_protocol(size):
+    history = _open_loop(_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                 + size + b"\r\nab\r\n0\r\n\r\n"))
+    assert _classes(history) == {"protocol"}
+
+
+def test_valid_framing_variants_are_read_and_keep_the_connection():
+    """Trailers, an interim 100 before the answer, `Chunked` in any case: all
+    valid, all read whole, on one reused connection."""
+    body = b"{}\n"
+    answers = [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n" + body
+        + b"\r\n0\r\nX-Trailer: 1\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\n" + _response(200, body),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\n" + body + b"\r\n0\r\n\r\n",
+    ]
+    accepted = []
+
+    async def handler(reader, writer):
+        accepted.append(1)
+        for answer in answers:
+            await _read_request(reader)
+            writer.write(answer)
+            await writer.drain()
+        await asyncio.sleep(1)
+
+    async def main():
+        server, port = await _serve(handler)
+        conn = HTTPConnection("127.0.0.1", port, 0)
+        rows = [await conn.get("/", "short", 2) for _ in answers]
+        server.close()
+        return rows
+
+    rows = run(main())
+    assert [r.status for r in rows] == [200, 200, 200] and all(r.ok for r in rows), rows
+    assert len(accepted) == 1
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\n",
+                                  b"HTTP/1.0 200 OK\r\n"])
+def test_a_connection_the_server_closes_is_not_reused(head):
+    """The next request opens a new connection instead of being charged a reset."""
+    async def handler(reader, writer):
+        await _read_request(reader)
+        writer.write(head + f"Content-Length: {len(OK_BODY)}\r\n\r\n".encode() + OK_BODY)
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.close()
+
+    async def main():
+        server, port = await _serve(handler)
+        conn = HTTPConnection("127.0.0.1", port, 0)
+        rows = [await conn.get("/", "short", 2)]
+        await asyncio.sleep(0.4)
+        rows.append(await conn.get("/", "short", 2))
+        server.close()
+        return rows
+
+    assert all(r.ok for r in run(main()))
+
+
+# --- cancellation: recorded, and still a cancellation
+
+
+async def _silent(reader, writer):
+    await asyncio.sleep(30)
+
+
+def test_a_caller_timeout_around_send_still_times_out_and_the_row_is_kept():
+    async def main():
+        server, port = await _serve(_silent)
+        history = History()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await send(history, HTTPConnection("127.0.0.1", port, 0), "/", "short", 30)
+        server.close()
+        return history
+
+    history = run(main())
+    assert history.record_gap() is None and _classes(history) == {"unfinished"}
+
+
+def test_a_cancelled_closed_loop_stops_and_records_what_it_had_started():
+    async def main():
+        server, port = await _serve(_silent)
+        history = History()
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(closed_loop("127.0.0.1", port, 20, 2, history), 0.5)
+        server.close()
+        return history, time.monotonic() - started
+
+    history, took = run(main())
+    assert took < 2
+    assert history.scheduled == 2 and history.record_gap() is None
+
+
+def test_a_polling_loop_of_gets_ends_with_asyncio_run():
+    """asyncio.run cancels what is left when its main coroutine ends; a task
+    looping over get() must let that cancellation end it."""
+    async def main():
+        server, port = await _serve(_silent)
+
+        async def poll():
+            while True:
+                await HTTPConnection("127.0.0.1", port, 0).get("/", "probe", 30)
+
+        asyncio.create_task(poll())
+        await asyncio.sleep(0.2)
+        server.close()
+
+    started = time.monotonic()
+    run(main())
+    assert time.monotonic() - started < 2
+
+
+def test_requests_not_yet_started_when_the_loop_ends_get_rows(monkeypatch):
+    """The loop fails while it schedules: the tasks it created have not run
+    a single step, so only the loop itself can record them."""
+    draws = []
+    real_draw = Mix.draw
+
+    def draw(self, rng):
+        draws.append(1)
+        if len(draws) == 4:
+            raise RuntimeError("the mix broke")
+        return real_draw(self, rng)
+
+    monkeypatch.setattr(Mix, "draw", draw)
+
+    async def main():
+        server, port = await _serve(_silent)
+        history = History()
+        spec = LoadSpec(rate=1e6, duration_s=1, connections=2, timeout_s=30)
+        with pytest.raises(RuntimeError):
+            await open_loop("127.0.0.1", port, spec, history)
+        server.close()
+        return history
+
+    history = run(main())
+    assert history.scheduled == 3 and history.record_gap() is None
+    assert _classes(history) == {"unfinished"}
+    assert all(not r.sent and "before it was due to start" in r.detail
+               for r in history.requests)
