@@ -30,7 +30,9 @@ class Recorded(Scenario):
     """Histories with no scenario: judged by the checker's verdict alone."""
 
     name = "recorded"
-    title = "Saved histories, judged again"
+
+    def __init__(self, title: str = "Saved histories, judged again") -> None:
+        self.title = title
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         claimed = [r for r in runs.values() if r.history.meta.get("claim", True)]
@@ -71,8 +73,19 @@ def analyze(path: Path, out_dir: Path | None = None) -> ScenarioOutcome:
                                f"not take ({exc}); it was saved by another version of the "
                                f"harness.") from exc
     else:
-        scenario = Recorded()
-    for number, history in enumerate(histories):
-        history.meta.setdefault("label", files[number].stem.removeprefix("history-"))
+        titles = sorted({h.meta["title"] for h in histories if h.meta.get("title")})
+        scenario = Recorded(titles[0]) if titles else Recorded()
+    labels: dict[str, Path] = {}
+    for file, history in zip(files, histories, strict=True):
+        label = history.meta.setdefault("label", file.name.split(".")[0].removeprefix("history-"))
+        if label in labels:
+            raise HarnessError(f"{labels[label]} and {file} are both runs labelled {label!r}; "
+                               f"keep one of them.")
+        labels[label] = file
     folder = path.parent if path.is_file() else path
-    return judge_runs(scenario, histories, out_dir or folder / ANALYSIS_DIR)
+    notes = []
+    if names and path.is_file():
+        # expect() tells the baseline from the fix by their order among the runs.
+        notes.append(f"{path.name} was judged on its own; the scenario compares runs side "
+                     f"by side, so analyze its directory for that.")
+    return judge_runs(scenario, histories, out_dir or folder / ANALYSIS_DIR, notes)

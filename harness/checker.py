@@ -128,12 +128,12 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 
 
 def latency_of(requests: Iterable[Request], from_scheduled: bool = False) -> Latency | None:
-    """Percentiles of the successful requests' latency, from the send or (for
-    open-loop rows) from the time each was due."""
+    """Percentiles of the successful requests' latency, from the send or from
+    the time each was due (only rows the open loop scheduled have one)."""
     values = sorted(
-        r.end - (r.scheduled if from_scheduled and r.scheduled is not None else r.start)
+        r.end - (r.scheduled if from_scheduled else r.start)
         for r in requests
-        if r.ok
+        if r.ok and not (from_scheduled and r.scheduled is None)
     )
     if not values:
         return None
@@ -186,7 +186,7 @@ def _pair_windows(
             else:
                 # An end whose start predates the record: the fault was already on.
                 pairs.append((None, event, min(first, event.time), event.time))
-        elif event.phase not in ("mark", OBSERVED):
+        elif event.phase != "mark":
             raise ValueError(
                 f"event {event.fault!r} at {event.time} has phase {event.phase!r};"
                 " expected 'start', 'end' or 'mark'"
@@ -207,7 +207,9 @@ def check(
     one whose rows do not match the requests it scheduled: a lost row could be
     a failure."""
     requests = list(history.requests)
-    events = sorted(history.events, key=lambda e: e.time)
+    # Observations are what a scenario read to judge itself, not faults: they
+    # neither make windows nor stretch the record's end.
+    events = sorted((e for e in history.events if e.phase != OBSERVED), key=lambda e: e.time)
     label = str(history.meta.get("label") or history.meta.get("image") or "run")
 
     if requests:

@@ -116,6 +116,8 @@ def soak(runs: int, minutes: float, interval_s: float = 180.0,
     spec = images.ImageSpec(load_pin().ray.version, "patched")
     tag = images.ensure_node_image(spec)
     total = len(CONFIGS) * runs
+    title = (f"Soak: {runs} x {minutes:g} min per configuration, a spot notice every "
+             f"{interval_s:g} s")
     started = time.monotonic()
     results: dict[str, list[checker.Verdict]] = {}
     recorded: dict[str, tuple[History, checker.Verdict]] = {}
@@ -128,11 +130,12 @@ def soak(runs: int, minutes: float, interval_s: float = 180.0,
             print(f"soak: run {len(recorded) + 1} of {total} ({label}, {minutes:g} min; "
                   f"{(time.monotonic() - started) / 60:.1f} min so far)", flush=True)
             history, verdict = one_run(tag, label, ladder, minutes * 60, interval_s, rate)
+            # What `analyze` needs to lay the runs out as this report does.
+            history.meta.update(order=len(recorded), title=title)
             history.save(RESULTS_DIR / history_name(label))
             recorded[label] = (history, verdict)
             results.setdefault(config, []).append(verdict)
-    report.write_report(RESULTS_DIR, f"Soak: {runs} x {minutes:g} min per configuration, a spot "
-                        f"notice every {interval_s:g} s", recorded)
+    report.write_report(RESULTS_DIR, title, recorded)
     return results
 
 

@@ -151,9 +151,11 @@ def run_scenario(scenario: Scenario, specs: list[images.ImageSpec] | None = None
     return outcome
 
 
-def judge_runs(scenario: Scenario, histories: list[History], out_dir: Path) -> ScenarioOutcome:
+def judge_runs(scenario: Scenario, histories: list[History], out_dir: Path,
+               notes: list[str] | None = None) -> ScenarioOutcome:
     """Judge saved or fresh histories of one scenario and write its report;
-    reads nothing but the histories."""
+    reads nothing but the histories. `notes` are findings about how they
+    were judged."""
     runs: dict[str, ImageRun] = {}
     for history in sorted(histories, key=lambda h: h.meta.get("order", 0)):
         label = history.meta["label"]
@@ -170,6 +172,7 @@ def judge_runs(scenario: Scenario, histories: list[History], out_dir: Path) -> S
         as_expected = False
         findings.append(f"the record of {', '.join(incomplete)} is incomplete, so nothing "
                         f"can be concluded from it")
+    findings += notes or []
     sections = {"Outcome": "\n".join(f"- {f}" for f in findings), **scenario.sections(runs)}
     judgement = {
         "scenario": scenario.name,

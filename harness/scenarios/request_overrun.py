@@ -42,7 +42,8 @@ class RequestOverrun(Scenario):
         return [images.ImageSpec(load_pin().ray.version, "stock")]
 
     def run_once(self, image_tag: str, label: str) -> History:
-        history = History()
+        # The ladders and the status each should give, as they were for this run.
+        history = History({"ladders": LADDERS})
         for ladder, (request_timeout_s, timeout_server_s, _) in LADDERS.items():
             config = ClusterConfig(
                 image=image_tag, name="rayspot-overrun", workers=1,
@@ -59,7 +60,8 @@ class RequestOverrun(Scenario):
 
     def judge(self, label: str, history: History) -> ImageRun:
         run = ImageRun(label, history)
-        for ladder, (request_timeout_s, timeout_server_s, expected) in LADDERS.items():
+        for ladder, (request_timeout_s, timeout_server_s, expected) in \
+                history.meta["ladders"].items():
             overruns = [r for r in history.requests if r.kind == f"overrun, {ladder}"]
             controls = [r for r in history.requests if r.kind == f"control, {ladder}"]
             statuses = sorted({r.status for r in overruns}, key=str)

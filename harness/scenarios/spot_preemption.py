@@ -61,7 +61,7 @@ class SpotPreemption(Scenario):
 
     def run_once(self, image_tag: str, label: str) -> History:
         ladder = self.ladder
-        history = History({"ladder_scale": self.scale})
+        history = History({"ladder_scale": self.scale, "ladder": self._ladder_text()})
         config = ClusterConfig(image=image_tag, name="rayspot-spot", workers=2,
                                env=ladder.node_env(), worker_resources={"w": 10})
         app = appconfigs.deploy_config(
@@ -97,6 +97,13 @@ class SpotPreemption(Scenario):
             history.observe(EXITED, exited_at, exited_at or time.time())
         return history
 
+    def _ladder_text(self) -> str:
+        ladder = self.ladder
+        return (f"x{self.scale}: notice {ladder.notice.notice_s:g} s, detection "
+                f"{ladder.notice.detection_s:g} s, drain deadline "
+                f"{ladder.notice.drain_deadline_s:g} s, env {ladder.node_env()}, "
+                f"{ladder.deployment_options()}")
+
     async def _experiment(self, cluster: Cluster, target: Node, history: History):
         ladder = self.ladder
         duration = LEAD_S + ladder.notice.notice_s + TAIL_S
@@ -130,11 +137,8 @@ class SpotPreemption(Scenario):
             (f"death reason {reason} is {PREEMPTED}", str(reason) == PREEMPTED),
             ("the node was not killed before its drain deadline", killed >= deadline - 0.05),
         ]
-        run.facts["ladder (scaled)"] = (f"x{self.scale}: notice {self.ladder.notice.notice_s:g} s,"
-                                        f" detection {self.ladder.notice.detection_s:g} s, drain "
-                                        f"deadline {self.ladder.notice.drain_deadline_s:g} s, "
-                                        f"env {self.ladder.node_env()}, "
-                                        f"{self.ladder.deployment_options()}")
+        # As it ran: the ladder's defaults may have changed since.
+        run.facts["ladder (scaled)"] = history.meta["ladder"]
         run.facts["death"] = death
         rows = [("notice (T0)", t0), ("drain sent (GCS, PREEMPTION, deadline)",
                                       outcome["drain"]["sent"])]

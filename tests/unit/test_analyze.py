@@ -22,6 +22,7 @@ def _overrun_history(label: str, statuses: dict[str, int], order: int = 0) -> Hi
     after ~3 s and 1 s controls that succeeded, plus one observation."""
     history = History({"label": label, "image": f"rayspot-node:{label}", "order": order,
                        "scenario": RequestOverrun.name, "options": {"requests": 2},
+                       "ladders": LADDERS,
                        "wall_s": 60.0})
     for n, ladder in enumerate(LADDERS):
         for i in range(2):
@@ -78,6 +79,22 @@ def test_a_lost_row_fails_the_run_when_judged_again(tmp_path):
     assert any("incomplete" in f for f in outcome.findings)
 
 
+def test_one_history_of_a_scenario_is_judged_alone_and_says_so(tmp_path):
+    folder, _ = _recorded(tmp_path, [_overrun_history("2.60.0-stock",
+                                                       {"B holds": 408, "B violated": 500})])
+    outcome = analyze(folder / history_name("2.60.0-stock"), tmp_path / "alone")
+    assert outcome.as_expected
+    assert "judged on its own" in outcome.findings[-1]
+
+
+def test_two_runs_with_one_label_are_refused(tmp_path):
+    history = _overrun_history("2.60.0-stock", {"B holds": 408, "B violated": 500})
+    history.save(tmp_path / "history-2.60.0-stock.jsonl")
+    history.save(tmp_path / "history-2.60.0-stock.jsonl.bak")
+    with pytest.raises(HarnessError, match="both runs labelled"):
+        analyze(tmp_path)
+
+
 def test_soak_style_histories_are_judged_by_their_verdicts(tmp_path):
     claim = History({"label": "ladder #1"})
     other = History({"label": "defaults #1", "claim": False})
@@ -95,6 +112,7 @@ def test_soak_style_histories_are_judged_by_their_verdicts(tmp_path):
     (None, "does not exist"),
     ("", "holds no history"),
     ("not json\n", "is not a history row"),
+    ('{"type": "meta", "label": "old"}\n', "saved before the harness counted"),
     (b"\xff\xfe\x00binary", "cannot read"),
 ])
 def test_not_a_saved_run_is_a_clear_error(tmp_path, content, message, capsys):

@@ -180,6 +180,13 @@ def test_outcomes_break_failures_down_by_status_and_class():
     assert check(history).outcomes == {"200": 7, "reset": 2, "500": 1, "truncated": 1}
 
 
+def test_observations_neither_make_windows_nor_move_them():
+    plain = check(_faulty())
+    observed = _faulty()
+    observed.observe("replaced", T + 500, T + 500, target="r1")
+    assert check(observed) == plain
+
+
 def test_a_history_missing_rows_fails_and_names_the_gap():
     history = _steady(10, {})
     lost = [history.schedule() for _ in range(3)]
