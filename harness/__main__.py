@@ -107,7 +107,7 @@ def cmd_run(args) -> None:
     import inspect
 
     from harness import images
-    from harness.errors import HarnessError, VerdictFailed
+    from harness.errors import HarnessError
     from harness.scenarios import SCENARIOS, run_scenario
 
     if args.scenario not in SCENARIOS:
@@ -120,21 +120,22 @@ def cmd_run(args) -> None:
             raise HarnessError(f"{args.scenario} runs no timeout ladder, so --scale does not "
                                f"apply to it")
         options["scale"] = args.scale
-    outcome = run_scenario(scenario_class(**options), specs)
-    print(outcome.report["md"].read_text())
-    print(f"report: {outcome.report['md'].parent}  ({outcome.wall_s:.0f}s)")
-    if not outcome.as_expected:
-        raise VerdictFailed(f"{args.scenario}: the outcome is not what the scenario claims: "
-                            + "; ".join(outcome.findings))
+    _print_outcome(run_scenario(scenario_class(**options), specs))
 
 
 def cmd_analyze(args) -> None:
     from harness.analyze import analyze
+
+    _print_outcome(analyze(Path(args.path), Path(args.out) if args.out else None))
+
+
+def _print_outcome(outcome) -> None:
+    """A scenario's report, and exit 1 unless it came out as the scenario claims."""
     from harness.errors import VerdictFailed
 
-    outcome = analyze(Path(args.path), Path(args.out) if args.out else None)
     print(outcome.report["md"].read_text())
-    print(f"report: {outcome.report['md'].parent}")
+    took = f"  ({outcome.wall_s:.0f}s)" if outcome.wall_s else ""
+    print(f"report: {outcome.report['md'].parent}{took}")
     if not outcome.as_expected:
         raise VerdictFailed(f"{outcome.name}: the outcome is not what the scenario claims: "
                             + "; ".join(outcome.findings))

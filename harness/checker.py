@@ -147,15 +147,23 @@ def latency_of(requests: Iterable[Request], from_scheduled: bool = False) -> Lat
     )
 
 
-def _outcomes(rows: Iterable[Request]) -> dict[str, int]:
-    counts = Counter(r.outcome for r in rows)
+def _largest_first(keys: Iterable[str]) -> dict[str, int]:
+    # Largest first so the dominant failure mode leads every listing.
+    counts = Counter(keys)
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _outcomes(rows: Iterable[Request]) -> dict[str, int]:
+    return _largest_first(r.outcome for r in rows)
 
 
 def _by_class(failed: Iterable[Request]) -> dict[str, int]:
-    counts = Counter(str(r.error) for r in failed)
-    # Largest first so the dominant failure mode leads every listing.
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return _largest_first(str(r.error) for r in failed)
+
+
+def record_text(gap: str | None) -> str:
+    """A verdict's record in one cell: complete, or the gap."""
+    return "complete" if gap is None else f"INCOMPLETE: {gap}"
 
 
 def _kind_key(kind: str) -> tuple[int, str]:
@@ -390,8 +398,7 @@ def side_by_side(verdicts: dict[str, Verdict]) -> str:
         classes.extend(c for c in v.failures_by_class if c not in classes)
 
     rows: list[tuple[str, list[str]]] = [
-        ("record", ["complete" if v.record_gap is None else f"INCOMPLETE: {v.record_gap}"
-                    for v in runs]),
+        ("record", [record_text(v.record_gap) for v in runs]),
         ("requests", [f"{v.requests:,}" for v in runs]),
         ("failures", [f"{v.failures:,}" for v in runs]),
         ("failure rate", [format_percent(v.failure_rate) for v in runs]),

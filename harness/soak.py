@@ -31,7 +31,7 @@ from harness.load import LoadSpec, Mix, open_loop
 from harness.nemesis import SpotNotice, spot_preemption
 from harness.paths import BUILD_DIR
 from harness.pin import load_pin
-from harness.scenarios.base import HISTORY_GLOB, history_name
+from harness.scenarios.base import clear_histories, history_name
 
 RESULTS_DIR = BUILD_DIR / "results" / "soak"
 
@@ -121,9 +121,7 @@ def soak(runs: int, minutes: float, interval_s: float = 180.0,
     started = time.monotonic()
     results: dict[str, list[checker.Verdict]] = {}
     recorded: dict[str, tuple[History, checker.Verdict]] = {}
-    # An earlier soak's histories would be judged with this one's by `analyze`.
-    for stale in RESULTS_DIR.glob(HISTORY_GLOB):
-        stale.unlink()
+    clear_histories(RESULTS_DIR)
     for config, ladder in CONFIGS.items():
         for number in range(1, runs + 1):
             label = f"{config} #{number}"

@@ -955,7 +955,7 @@ def _seconds(value: float | None) -> str:
 def _scenario_section(name: str, results: Path, known: set[str],
                       tags: dict[str, list[tuple[int, str]]],
                       series: Sequence[str] = ()) -> list[str]:
-    from harness.checker import format_percent
+    from harness.checker import format_percent, record_text
     from harness.report import JSON_NAME, PNG_NAME
 
     folder = results / name
@@ -992,7 +992,7 @@ def _scenario_section(name: str, results: Path, known: set[str],
     def _record(v: dict) -> str:
         if "record_gap" not in v:
             return "not checked (written before the record was counted)"
-        return f"INCOMPLETE: {v['record_gap']}" if v["record_gap"] else "complete"
+        return record_text(v["record_gap"])
 
     table = [row("", labels), "|---|" + "---:|" * len(labels),
              row("run started", [_utc(v.get("t0") or mtime) for v in verdicts]),

@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import checker, images, report
+from harness.cluster import Cluster, Node
 from harness.history import History
 from harness.paths import BUILD_DIR
 from harness.pin import load_pin
 
 RESULTS_DIR = BUILD_DIR / "results"
 HISTORY_GLOB = "history-*.jsonl*"  # gzipped ones too
+LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log
 
 
 @dataclass
@@ -120,14 +122,34 @@ def history_name(label: str) -> str:
     return f"history-{label.replace(' ', '-')}.jsonl"
 
 
+def clear_histories(out_dir: Path) -> None:
+    """Remove an earlier run's histories, which `analyze` would otherwise
+    judge together with the next run's."""
+    for stale in out_dir.glob(HISTORY_GLOB):
+        stale.unlink()
+
+
+def observe_log_lines(history: History, cluster: Cluster, node: Node, needles: list[str],
+                      target: str, where: str = "/logs/serve/") -> None:
+    """Keep the node's log lines that contain any needle, each at its own time."""
+    for stamp, line in cluster.log_lines(node, needles, where):
+        history.observe(LOG_LINE, line, stamp, target=target)
+
+
+def logged(history: History, target: str, needle: str, since: float = float("-inf")
+           ) -> list[float]:
+    """When the kept log lines of `target` that contain `needle` were written,
+    from `since` on, in time order."""
+    return [e.time for e in history.observed(LOG_LINE, target)
+            if needle in e.detail["value"] and e.time >= since]
+
+
 def run_scenario(scenario: Scenario, specs: list[images.ImageSpec] | None = None,
                  out_dir: Path | None = None) -> ScenarioOutcome:
     started = time.monotonic()
     specs = specs or scenario.default_images()
     out_dir = out_dir or RESULTS_DIR / scenario.name
-    # Histories of an earlier run would be judged with this one's.
-    for stale in out_dir.glob(HISTORY_GLOB):
-        stale.unlink()
+    clear_histories(out_dir)
     tags = {spec: images.ensure_node_image(spec) for spec in specs}
     histories: list[History] = []
     for spec, tag in tags.items():
@@ -142,9 +164,9 @@ def run_scenario(scenario: Scenario, specs: list[images.ImageSpec] | None = None
             # Saved before judging: a run that is judged wrongly can be judged again.
             history.save(out_dir / history_name(label))
             histories.append(history)
-            verdict = checker.check(history)
-            print(f"scenario {scenario.name}: {label}: {verdict.failures} of "
-                  f"{verdict.requests} requests failed ({history.meta['wall_s']:.0f}s)",
+            failed = sum(not r.ok for r in history.requests)
+            print(f"scenario {scenario.name}: {label}: {failed} of "
+                  f"{len(history.requests)} requests failed ({history.meta['wall_s']:.0f}s)",
                   flush=True)
     outcome = judge_runs(scenario, histories, out_dir)
     outcome.wall_s = time.monotonic() - started

@@ -27,7 +27,7 @@ from harness.history import History
 from harness.load import LoadSpec, open_loop
 from harness.nemesis import controller_lag, fail_health_check
 from harness.pin import load_pin
-from harness.scenarios.base import ImageRun, Scenario
+from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines
 
 PERIOD_S = 2.0
 TIMEOUT_S = 2.0
@@ -40,11 +40,11 @@ UNHEALTHY = "marking it unhealthy"
 PUSH_ENV = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 # Observations: when the controller logged the failing replica unhealthy and
 # when it was gone from the alive replicas (None: not within the wait), the
-# replica names around a lag, the controller's unhealthy log lines, and the
-# probe rate before and after a pause.
+# replica names around a lag, and the probe rate before and after a pause.
+# The controller's unhealthy log lines are kept as base.LOG_LINE.
 DETECTED, REPLACED = "detected unhealthy", "replaced"
 REPLICAS_BEFORE, REPLICAS_AFTER = "replicas before", "replicas after"
-LOG_LINE, PROBE_RATE = "log line", "probes per period"
+PROBE_RATE = "probes per period"
 
 
 def wait_for_unhealthy(cluster: Cluster, replica: str | None, since: float,
@@ -162,16 +162,14 @@ class ControllerLag(_HealthScenario):
                 await load
 
             asyncio.run(main())
-            for stamp, line in cluster.log_lines(cluster.head, [UNHEALTHY]):
-                history.observe(LOG_LINE, line, stamp, target="head")
+            observe_log_lines(history, cluster, cluster.head, [UNHEALTHY], "head")
             history.observe(REPLICAS_AFTER, sorted(cluster.replica_names("echo", "Echo")),
                             time.time())
         return history
 
     def judge(self, label: str, history: History) -> ImageRun:
         started = history.observed(REPLICAS_BEFORE)[0].time
-        killed = [e for e in history.observed(LOG_LINE, "head")
-                  if e.time >= started and UNHEALTHY in e.detail["value"]]
+        killed = logged(history, "head", UNHEALTHY, since=started)
         before, after = set(history.value(REPLICAS_BEFORE)), set(history.value(REPLICAS_AFTER))
         run = ImageRun(label, history)
         run.facts["false strikes or kills logged"] = len(killed)

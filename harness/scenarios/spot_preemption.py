@@ -24,7 +24,7 @@ from harness.history import History
 from harness.ladder import Ladder
 from harness.load import HTTPConnection, LoadSpec, Mix, open_loop
 from harness.nemesis import spot_preemption
-from harness.scenarios.base import ImageRun, Scenario
+from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines
 
 PREEMPTED = "AUTOSCALER_DRAIN_PREEMPTED"
 LEAD_S = 5.0  # steady load before the notice
@@ -34,7 +34,6 @@ PREEMPTION = "preemption"  # the nemesis's record: notice, drain answer, kill
 FIRST_UNHEALTHY = "first non-200 healthz"  # when the node's /-/healthz stopped saying 200
 DEATH = "node death"  # the GCS's record of the dead node
 REPLICAS_AFTER = "target replicas after"  # those replicas' actor states and end times
-LOG_LINE = "log line"  # a Serve or raylet log line, at its own time; target: whose
 EXITED = "container exited"  # when `ray start --block` ended by itself, or None
 TAIL_S = 8.0  # load after the node is gone
 
@@ -88,11 +87,9 @@ class SpotPreemption(Scenario):
             history.observe(REPLICAS_AFTER, [a for a in cluster.actors() if a["id"] in replicas],
                             time.time())
             for where in ("head", "target", "raylet"):
-                for stamp, line in cluster.log_lines(
-                        cluster.head if where == "head" else target,
-                        [needle for _, w, needle in LOG_ROWS if w == where],
-                        "/logs/raylet.out" if where == "raylet" else "/logs/serve/"):
-                    history.observe(LOG_LINE, line, stamp, target=where)
+                observe_log_lines(history, cluster, cluster.head if where == "head" else target,
+                                  [needle for _, w, needle in LOG_ROWS if w == where], where,
+                                  "/logs/raylet.out" if where == "raylet" else "/logs/serve/")
             exited_at = _exit_time(target)
             history.observe(EXITED, exited_at, exited_at or time.time())
         return history
@@ -145,8 +142,7 @@ class SpotPreemption(Scenario):
         rows.append(("node /-/healthz answers 503 (front LB deregisters)",
                      history.value(FIRST_UNHEALTHY)))
         for title, where, needle in LOG_ROWS:
-            stamps = [e.time for e in history.observed(LOG_LINE, where)
-                      if needle in e.detail["value"] and e.time >= t0 - 0.5]
+            stamps = logged(history, where, needle, since=t0 - 0.5)
             rows.append((title, stamps[0] if stamps else None))
         rows.append(("container exited by itself (`ray start --block` ended)", exited_at))
         rows.append(("drain deadline", deadline))

@@ -31,11 +31,10 @@ from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.history import Event, History
 from harness.load import HTTPConnection, send
 from harness.pin import load_pin
-from harness.scenarios.base import ImageRun, Scenario
+from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines
 
 MIN_DRAINING_S = 5.0
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
-LOG_LINE = "log line"  # observation: a Serve log line, at its own timestamp
 PINS = "pin outcomes"  # observation: each event's pins, by error class
 LATE_SENT = "late requests sent"
 ENV = {
@@ -80,14 +79,12 @@ class StaleWorkerDrain(Scenario):
             for number in range(self.events):
                 cluster.deploy(_app(2, self.request_timeout_s))
                 asyncio.run(self._event(cluster, history, number))
-            for stamp, line in cluster.log_lines(cluster.head, [STOPPING]):
-                history.observe(LOG_LINE, line, stamp, target="head")
+            observe_log_lines(history, cluster, cluster.head, [STOPPING], "head")
         return history
 
     def judge(self, label: str, history: History) -> ImageRun:
         run = ImageRun(label, history)
-        stops = [e.time for e in history.observed(LOG_LINE, "head")
-                 if STOPPING in e.detail["value"]]
+        stops = logged(history, "head", STOPPING)
         per_event, offsets = self._per_event(history, stops)
         run.facts["failed stale requests per event"] = per_event
         run.facts["late requests sent at STOP +"] = [f"{o:.2f} s" if o is not None else "?"

@@ -121,8 +121,8 @@ def test_run_an_outcome_other_than_claimed_is_1(monkeypatch, tmp_path: Path, cap
 
     report = tmp_path / "report.md"
     report.write_text("# report\n")
-    outcome = types.SimpleNamespace(report={"md": report}, wall_s=1.0, as_expected=False,
-                                    findings=["the baseline did not fail"])
+    outcome = types.SimpleNamespace(name="fake", report={"md": report}, wall_s=1.0,
+                                    as_expected=False, findings=["the baseline did not fail"])
     monkeypatch.setitem(scenarios.SCENARIOS, "fake", type("Fake", (), {}))
     monkeypatch.setattr(scenarios, "run_scenario", lambda scenario, specs: outcome)
     assert cli.main(["run", "fake"]) == 1
