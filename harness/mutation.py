@@ -32,10 +32,11 @@ from harness.patchset import signals_deferred
 _DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
 _REPLICA = "ray/serve/_private/replica.py"
 _UTILS = "ray/serve/_private/utils.py"
+_RELAY = "ray/serve/_private/replica_health_relay.py"
 # Where the patches install their tests (the wheel ships no tests of its own),
 # and the push-health patches' own files among them: every mutation is in their
 # code, and the other patches' tests (real HAProxy processes among them) only
-# add minutes to every one of the ten runs.
+# add minutes to every one of the runs.
 _PATCH_TESTS = "ray/serve/tests/unit"
 _PUSH_HEALTH_TESTS = "test_push_health_*.py"
 _BACKUP_SUFFIX = ".mutation-orig"
@@ -43,6 +44,9 @@ _PYTEST_FLAGS = ["-x", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings
 # pytest's exit codes for "ran, all passed" and "ran, some test failed"; anything
 # else (collection error, usage error, no tests) proves nothing either way.
 _PASSED, _TESTS_FAILED = 0, 1
+# A mutated run taking longer than this multiple of the unmutated one, plus the
+# margin, is taken to hang.
+_HANG_FACTOR, _HANG_MARGIN_S = 5, 30.0
 
 
 @dataclass(frozen=True)
@@ -81,15 +85,39 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "lagging ratio",
         _DEPLOYMENT_STATE,
-        "len(self._arrivals) < PUSH_HEALTH_INGEST_LAG_RATIO * expected_arrivals",
-        "len(self._arrivals) < expected_arrivals",
+        "self._arrived_checks < PUSH_HEALTH_INGEST_LAG_RATIO * expected_arrivals",
+        "self._arrived_checks < expected_arrivals",
     ),
     Mutation(
         "rate window",
         _DEPLOYMENT_STATE,
-        "        while self._arrivals and self._arrivals[0] <= cutoff:\n"
-        "            self._arrivals.popleft()\n",
+        "        while self._arrivals and self._arrivals[0][0] <= cutoff:\n"
+        "            self._arrived_checks -= self._arrivals.popleft()[1]\n",
         "        pass\n",
+    ),
+    Mutation(
+        "lag gate counts checks, not calls",
+        _DEPLOYMENT_STATE,
+        "            checks += report.num_checks\n",
+        "            checks += 1\n",
+    ),
+    Mutation(
+        "arrival dated back by the relay hold",
+        _DEPLOYMENT_STATE,
+        "                now - max(0.0, report.held_s),\n",
+        "                now,\n",
+    ),
+    Mutation(
+        "fallback probe for stale reports",
+        _DEPLOYMENT_STATE,
+        "            < push_freshness_window_s(self.health_check_period_s)\n",
+        "            < float(\"inf\")\n",
+    ),
+    Mutation(
+        "probe at once on exit",
+        _DEPLOYMENT_STATE,
+        "            self._probe_now = True\n            return\n",
+        "            return\n",
     ),
     Mutation(
         "expected-rate cadence",
@@ -123,6 +151,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         _REPLICA,
         "            if self._healthy or self._unhealthy_edge_pushed:\n",
         "            if True:\n",
+    ),
+    Mutation(
+        "relay batching (hold)",
+        _RELAY,
+        "                now + PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * health_check_period_s,\n",
+        "                now,\n",
+    ),
+    Mutation(
+        "relay sends news at once",
+        _RELAY,
+        "        if self._is_news(report):\n            self._urgent = True\n",
+        "",
+    ),
+    Mutation(
+        "relay in-flight bound",
+        _RELAY,
+        "            return self._urgent and len(self._in_flight) == 1\n",
+        "            return True\n",
+    ),
+    Mutation(
+        "relay stuck bound",
+        _RELAY,
+        "            elif now - sent_at >= RAY_SERVE_METRICS_PUSH_STUCK_S:\n",
+        "            elif False:\n",
+    ),
+    Mutation(
+        "relay exit watch",
+        _RELAY,
+        "        self._exited.append(unique_id)\n",
+        "",
+    ),
+    Mutation(
+        "replica finds its relay again",
+        _REPLICA,
+        "            self._relay = None\n            self._pending_heartbeat_ref = None\n",
+        "            self._pending_heartbeat_ref = None\n",
     ),
     Mutation(
         "repeat-unhealthy suppression",
@@ -195,7 +259,10 @@ def _mutated(site_packages: Path, mutation: Mutation, text: str) -> Iterator[Non
             os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
-def _run_pytest(python: Path, pytest_args: list[str]) -> subprocess.CompletedProcess[str]:
+def _run_pytest(
+    python: Path, pytest_args: list[str], timeout_s: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the tests; raises subprocess.TimeoutExpired (child killed) past `timeout_s`."""
     # No bytecode is written, so no .pyc of a mutated file outlives its mutation.
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run(
@@ -203,6 +270,7 @@ def _run_pytest(python: Path, pytest_args: list[str]) -> subprocess.CompletedPro
         capture_output=True,
         text=True,
         env=env,
+        timeout=timeout_s,
     )
 
 
@@ -236,6 +304,9 @@ def run_mutations(
     started = time.monotonic()
     print("mutation: baseline, unmutated", flush=True)
     baseline = _run_pytest(python, pytest_args)
+    # A mutation can make a test hang (a loop that never yields, say): that run
+    # is killed and counts as caught, since the tests did not pass.
+    hang_after_s = _HANG_FACTOR * (time.monotonic() - started) + _HANG_MARGIN_S
     if baseline.returncode != _PASSED:
         raise HarnessError(
             f"the patch tests fail without any mutation (pytest exit "
@@ -252,7 +323,19 @@ def run_mutations(
         )
         mutation_started = time.monotonic()
         with _mutated(site_packages, mutation, texts[mutation.name]):
-            result = _run_pytest(python, pytest_args)
+            try:
+                result = _run_pytest(python, pytest_args, hang_after_s)
+            except subprocess.TimeoutExpired:
+                results.append(
+                    MutationResult(
+                        name=mutation.name,
+                        path=mutation.path,
+                        caught=True,
+                        failed_tests=(f"(tests hung: killed after {hang_after_s:.0f}s)",),
+                        duration_s=time.monotonic() - mutation_started,
+                    )
+                )
+                continue
         if result.returncode not in (_PASSED, _TESTS_FAILED):
             raise HarnessError(
                 f"mutation '{mutation.name}': pytest exited {result.returncode} (not a "
