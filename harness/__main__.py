@@ -141,6 +141,17 @@ def _print_outcome(outcome) -> None:
                             + "; ".join(outcome.findings))
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}") from None
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("at least two sizes, each at least 1, so the slope shows")
+    return sizes
+
+
 def cmd_bench(args) -> None:
     from harness import bench
 
@@ -149,7 +160,10 @@ def cmd_bench(args) -> None:
     elif args.what == "health":
         from harness import bench_health
 
-        bench_health.print_health(bench_health.bench_health())
+        options = {key: value for key, value in (
+            ("sizes", args.sizes), ("repeats", args.repeats), ("window_s", args.window))
+            if value is not None}
+        bench_health.print_health(bench_health.bench_health(**options))
     else:
         from harness import bench_membership
 
@@ -355,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("what", choices=["load", "health", "membership"])
     p.add_argument("--rounds", type=int, default=20,
                    help="membership: replicas added and removed per configuration")
+    p.add_argument("--sizes", type=_sizes, default=None,
+                   help="health: replica counts per app, comma-separated (default 16,48,96)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="health: runs of every mode per size (default 3)")
+    p.add_argument("--window", type=float, default=None,
+                   help="health: seconds measured per run (default 30)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("soak", help="spot preemptions under sustained load, spot-notice "

@@ -275,6 +275,52 @@ def controller_health() -> dict:
             ("loop_duration_s", "deployment_state_update_duration_s")}
 
 
+def health_ingest(nodes: int, replicas_per_node: int, period_s: float, duration_s: float,
+                  senders: int) -> dict:
+    """Feed the real controller the batches `nodes` node relays would send for
+    `nodes` x `replicas_per_node` replicas with health period `period_s`: one call
+    per node per period, `replicas_per_node` reports each (distinct replica ids,
+    each standing for two self-checks), spread evenly over the period, one batch
+    in flight per node as the relay sends them. `senders` actors (kept off the
+    head) share the nodes. Returns what was sent; the controller counts what it
+    received itself."""
+    ray = _connect()
+
+    @ray.remote(num_cpus=0, resources={"w": 0.001})
+    class Relays:
+        async def run(self, first: int, count: int) -> dict:
+            import asyncio
+
+            from ray.serve._private.common import ReplicaHealthReport
+            from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+            controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+            sent = {"calls": 0, "reports": 0}
+            end = time.monotonic() + duration_s
+
+            async def node(index: int) -> None:
+                ids = [f"{index:04x}{replica:04x}" for replica in range(replicas_per_node)]
+                await asyncio.sleep(period_s * index / nodes)
+                while time.monotonic() < end:
+                    started = time.monotonic()
+                    reports = [ReplicaHealthReport(rid, started, True, 0, period_s / 2, 2)
+                               for rid in ids]
+                    await controller.record_replica_health_reports.remote(reports, [])
+                    sent["calls"] += 1
+                    sent["reports"] += len(reports)
+                    await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))
+
+            await asyncio.gather(*(node(i) for i in range(first, first + count)))
+            return sent
+
+    share = -(-nodes // senders)
+    actors = [Relays.remote() for _ in range(senders)]
+    results = ray.get([actor.run.remote(i * share, min(share, nodes - i * share))
+                       for i, actor in enumerate(actors)])
+    return {"calls": sum(r["calls"] for r in results),
+            "reports": sum(r["reports"] for r in results)}
+
+
 HAPROXY_LOG = "/tmp/haproxy.log"
 
 
@@ -311,6 +357,10 @@ def main(argv: list[str]) -> int:
     sub.add_parser("actors")
     sub.add_parser("serve-status")
     sub.add_parser("controller-health")
+    p_ingest = sub.add_parser("health-ingest")
+    for flag, kind in (("--nodes", int), ("--replicas-per-node", int), ("--period", float),
+                       ("--duration", float), ("--senders", int)):
+        p_ingest.add_argument(flag, type=kind, required=True)
     sub.add_parser("syslog")
     p_drain = sub.add_parser("drain")
     p_drain.add_argument("gcs_address")
@@ -337,6 +387,9 @@ def main(argv: list[str]) -> int:
         result = actors()
     elif args.cmd == "controller-health":
         result = controller_health()
+    elif args.cmd == "health-ingest":
+        result = health_ingest(args.nodes, args.replicas_per_node, args.period, args.duration,
+                               args.senders)
     elif args.cmd == "drain":
         result = drain(args.gcs_address, args.node_id_hex, args.reason, args.message,
                        args.deadline_s, args.at)

@@ -155,8 +155,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "relay batching (hold)",
         _RELAY,
-        "                now + PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * health_check_period_s,\n",
-        "                now,\n",
+        "        due_at = now + PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * health_check_period_s\n",
+        "        due_at = now\n",
+    ),
+    Mutation(
+        "relay hold follows a new period",
+        _RELAY,
+        "            held.due_at = min(held.due_at, due_at)\n",
+        "",
     ),
     Mutation(
         "relay sends news at once",

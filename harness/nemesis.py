@@ -145,13 +145,14 @@ async def partition_node(cluster: Cluster, node: Node, history: History,
         _event(history, "partition", "end", node.name)
 
 
-async def fail_health_check(history: History, host: str, port: int) -> str:
-    """Flip the echo app's switch on whichever replica gets this request: from
-    then on its `check_health` raises. Returns that replica's id."""
+async def fail_health_check(history: History, host: str, port: int, prefix: str = "") -> str:
+    """Flip the echo app's switch on whichever replica gets this request (of the
+    app at route `prefix`): from then on its `check_health` raises. Returns that
+    replica's id."""
     from harness.load import HTTPConnection
 
     conn = HTTPConnection(host, port, -1)
-    row = await conn.get("/admin/fail-health", "admin", 10.0)
+    row = await conn.get(f"{prefix}/admin/fail-health", "admin", 10.0)
     conn.close()
     if row.error:
         raise HarnessError(f"could not reach the app to fail a health check: {row.error}")

@@ -6,12 +6,15 @@ each request to a replica and a node (container) without asking Ray.
     GET /stream?chunks=N      a chunked response of N JSON lines, 0.2 s apart
     GET /admin/fail-health    the replica that receives it fails every health
                               check from then on (the nemesis's switch)
+    GET /admin/block-loop?s=S the replica that receives it blocks the event loop
+                              its user code runs on for S seconds (capped)
 """
 
 import asyncio
 import json
 import os
 import socket
+import time
 
 import ray
 from ray import serve
@@ -47,6 +50,10 @@ class Echo:
         if path.endswith("/admin/fail-health"):
             self._fail_health = True
             return JSONResponse({**self._identity, "fail_health": True})
+        if path.endswith("/admin/block-loop"):
+            # On purpose: a blocking call in async code stalls the whole loop.
+            time.sleep(min(float(request.query_params.get("s", 1)), MAX_SLEEP_S * 2))
+            return JSONResponse({**self._identity, "blocked": True})
         if path.endswith("/stream"):
             chunks = min(int(request.query_params.get("chunks", 5)), 1000)
             return StreamingResponse(self._lines(chunks), media_type="application/x-ndjson")
