@@ -33,6 +33,7 @@ patched registry class.
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 import tracemalloc
@@ -42,6 +43,7 @@ from harness.cluster import Cluster, ClusterConfig
 from harness.errors import HarnessError
 from harness.history import History
 from harness.nemesis import fail_health_check
+from harness.paths import RESULTS_DIR
 from harness.pin import load_pin
 from harness.scenarios.health import METRICS_PORT, PERIOD_S, PROBES, TIMEOUT_S, wait_for_unhealthy
 
@@ -72,6 +74,12 @@ def _app(name: str, replicas: int, period_s: float) -> dict:
 def _config(replicas: int, mode: str) -> dict:
     return appconfigs.deploy_config(*(
         _app(name, replicas, PERIOD_S if mode == name else IDLE_PERIOD_S) for name in APPS))
+
+
+def _save(partial: dict) -> None:
+    """Keep what was measured so far: a later failure must not lose it."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "bench-health.json").write_text(json.dumps(partial, indent=1))
 
 
 def _progress(message: str, started: float) -> None:
@@ -129,10 +137,12 @@ def measure_sizes(tag: str, sizes: tuple[int, ...], repeats: int, window_s: floa
                     _settle(cluster)
                     runs.append({"replicas": replicas, "repeat": repeat, "mode": mode,
                                  **_window(cluster, pid, window_s)})
+                    _save({"runs": runs, "detect": detect})
             if replicas == middle:
                 for mode in ("pull", "push"):
                     _progress(f"{replicas} replicas: times to detect, {mode}", started)
                     detect[mode] = detection_times(cluster, replicas, mode)
+                    _save({"runs": runs, "detect": detect})
     return runs, detect
 
 
@@ -263,8 +273,10 @@ def bench_health(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS,
     runs, detect = measure_sizes(patched, sizes, repeats, window_s, started)
     stock_run = measure_stock(stock, sizes[len(sizes) // 2], window_s, started)
     ingest = measure_ingest(patched, INGEST_WINDOW_S, started)
-    return {"runs": runs, "detect": detect, "stock": stock_run, "ingest": ingest,
-            "registry_bytes": registry_memory(), "sizes": sizes, "repeats": repeats}
+    result = {"runs": runs, "detect": detect, "stock": stock_run, "ingest": ingest,
+              "registry_bytes": registry_memory(), "sizes": sizes, "repeats": repeats}
+    _save(result)
+    return result
 
 
 def _health_cost(runs: list[dict], replicas: int, mode: str) -> list[float]:

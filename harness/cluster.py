@@ -339,8 +339,10 @@ class Cluster:
         """The sum over all label sets of a Prometheus metric a node exports
         (needs `metrics_port`); e.g. a histogram's `_count`."""
         node = node or self.head
+        # A metrics agent exporting hundreds of replicas' metrics on a loaded
+        # node can take a while to answer.
         fetch = (f"import urllib.request;print(urllib.request.urlopen('http://{node.ip}:"
-                 f"{self.config.metrics_port}/metrics',timeout=5).read().decode())")
+                 f"{self.config.metrics_port}/metrics',timeout=60).read().decode())")
         _, text = engine.exec_in(node.container, ["python", "-c", fetch])
         pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
         return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))

@@ -14,4 +14,5 @@ APPS_DIR = ROOT / "harness" / "apps"
 BUILD_DIR = Path(os.environ.get("HARNESS_BUILD_DIR", ROOT / "build"))
 WHEELHOUSE_DIR = BUILD_DIR / "wheelhouse"
 WORKSPACE_DIR = BUILD_DIR / "ray-src"
+RESULTS_DIR = BUILD_DIR / "results"
 VENV_DIR = Path(os.environ.get("HARNESS_VENV", ROOT / ".venv"))
