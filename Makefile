@@ -94,8 +94,8 @@ test: mutation-check ## every test: mutation check, unit, the patches' tests, in
 bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one run
 	@$(call harness_run,$(HARNESS) bench load)
 
-bench-health: $(PY) ## controller probe submissions and CPU per health period, pull vs push
-	@$(call harness_run,$(HARNESS) bench health)
+bench-health: $(PY) ## controller cost of health checks at several sizes, pull vs push: make bench-health [ARGS="--sizes 16,48 --repeats 2"]
+	@$(call harness_run,$(HARNESS) bench health $(ARGS))
 
 bench-membership: $(PY) ## HAProxy reloads and change-to-routing latency per replica change, stock vs patched
 	@$(call harness_run,$(HARNESS) bench membership)

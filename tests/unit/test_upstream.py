@@ -150,7 +150,7 @@ def test_branch_names_come_from_the_real_subjects() -> None:
     names = [branch_name(s) for s in subjects]
     assert names[:4] == [
         "serve/push-based-replica-health-controller-side-receive-path",
-        "serve/push-based-replica-health-replica-self-checks-heartbeats",
+        "serve/push-based-replica-health-replica-self-checks-batched-per",
         "serve/size-ingress-force-kill-budget-request-timeout",
         "serve/check-haproxy-timeout-ladder-start-up-deploy",
     ]
