@@ -259,7 +259,7 @@ def cmd_upstream(args) -> None:
 
     pin = load_pin()
     if args.action == "body":
-        from harness.scenarios.base import RESULTS_DIR
+        from harness.paths import RESULTS_DIR
 
         print(upstream.pr_body(args.patch, read_series(), RESULTS_DIR), end="")
         return

@@ -331,11 +331,12 @@ def print_health(result: dict) -> None:
         print(f"| {replicas} | {statistics.median(push) / statistics.median(pull):.2f}; "
               f"{max(ratios):.2f} | at most 0.20 |")
     print()
+    slopes = {}
     for mode in ("pull", "push"):
         xs = [float(n) for n in sizes for _ in _health_cost(runs, n, mode)]
         ys = [c for n in sizes for c in _health_cost(runs, n, mode)]
-        slope, intercept = _fit(xs, ys)
-        print(f"{mode}: health CPU per period = {slope * 1e3:.3f} ms x replicas "
+        slopes[mode], intercept = _fit(xs, ys)
+        print(f"{mode}: health CPU per period = {slopes[mode] * 1e3:.3f} ms x replicas "
               f"{intercept * 1e3:+.1f} ms (least squares over {len(ys)} runs)")
     stock = result["stock"]
     stock_cost = stock["pull"]["cpu_s"] - stock["idle"]["cpu_s"]
@@ -364,8 +365,6 @@ def print_health(result: dict) -> None:
           f"{ingest['cpu_s_per_s']:.3f} controller CPU-s/s above its "
           f"{ingest['idle_cpu_s_per_s']:.3f} without them (target: under 0.1)")
     print(f"registry memory at 8000 entries: {result['registry_bytes'] / 1024:.0f} KiB")
-    slope, _ = _fit([float(n) for n in sizes for _ in _health_cost(runs, n, "pull")],
-                    [c for n in sizes for c in _health_cost(runs, n, "pull")])
     replicas = INGEST["nodes"] * INGEST["replicas_per_node"]
     print(f"extrapolated from pull's slope: {replicas} replicas at {INGEST['period_s']:g} s "
-          f"cost pull {slope * replicas / INGEST['period_s']:.2f} CPU-s/s")
+          f"cost pull {slopes['pull'] * replicas / INGEST['period_s']:.2f} CPU-s/s")

@@ -23,17 +23,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness import appconfigs, checker, images, report
+from harness import appconfigs, checker, images, paths, report
 from harness.cluster import Cluster, ClusterConfig
 from harness.history import History
 from harness.ladder import Ladder
 from harness.load import LoadSpec, Mix, open_loop
 from harness.nemesis import SpotNotice, spot_preemption
-from harness.paths import BUILD_DIR
 from harness.pin import load_pin
 from harness.scenarios.base import clear_histories, history_name
 
-RESULTS_DIR = BUILD_DIR / "results" / "soak"
+RESULTS_DIR = paths.RESULTS_DIR / "soak"
 
 NOTICE = SpotNotice(120.0, 10.0, 60.0)
 FIRST_NOTICE_S = 20.0  # steady load before the first notice

@@ -27,10 +27,9 @@ from pathlib import Path
 from harness import checker, images, report
 from harness.cluster import Cluster, Node
 from harness.history import History
-from harness.paths import BUILD_DIR
+from harness.paths import RESULTS_DIR
 from harness.pin import load_pin
 
-RESULTS_DIR = BUILD_DIR / "results"
 HISTORY_GLOB = "history-*.jsonl*"  # gzipped ones too
 LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log
 
