@@ -136,9 +136,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         _REPLICA,
         "        if (\n"
         "            self._consecutive_failures == 0\n"
-        "            or now - self._last_counted_failure_at >= self._period_s\n"
+        "            or now - self._last_counted_failure_at\n"
+        "            >= self._period_s - 0.5 * self._check_interval_s()\n"
         "        ):\n",
         "        if True:\n",
+    ),
+    Mutation(
+        "failure counting tolerates timer jitter",
+        _REPLICA,
+        "            >= self._period_s - 0.5 * self._check_interval_s()\n",
+        "            >= self._period_s\n",
+    ),
+    Mutation(
+        "self-checks timed from the previous start",
+        _REPLICA,
+        "            await self._pause(started_at + self._check_interval_s() - self._clock())\n",
+        "            await self._pause(self._check_interval_s())\n",
+    ),
+    Mutation(
+        "unhealthy or exited replicas visited in the next loop",
+        _DEPLOYMENT_STATE,
+        "            for unique_id in self._health_push_registry.urgent_replica_ids:\n",
+        "            for unique_id in ():\n",
     ),
     Mutation(
         "threshold latch",
