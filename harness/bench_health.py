@@ -119,7 +119,7 @@ def _cluster(tag: str) -> Cluster:
 def measure_sizes(tag: str, sizes: tuple[int, ...], repeats: int, window_s: float,
                   started: float) -> tuple[list[dict], dict]:
     """Every mode at every size, `repeats` times, interleaved; then the times to
-    detect on the middle size."""
+    detect on the middle size, `repeats` samples per mode, interleaved too."""
     runs: list[dict] = []
     middle = sizes[len(sizes) // 2]
     detect: dict = {}
@@ -139,10 +139,14 @@ def measure_sizes(tag: str, sizes: tuple[int, ...], repeats: int, window_s: floa
                                  **_window(cluster, pid, window_s)})
                     _save({"runs": runs, "detect": detect})
             if replicas == middle:
-                for mode in ("pull", "push"):
-                    _progress(f"{replicas} replicas: times to detect, {mode}", started)
-                    detect[mode] = detection_times(cluster, replicas, mode)
-                    _save({"runs": runs, "detect": detect})
+                for repeat in range(repeats):
+                    order = ("pull", "push") if repeat % 2 == 0 else ("push", "pull")
+                    for mode in order:
+                        _progress(f"{replicas} replicas, repeat {repeat + 1}/{repeats}: "
+                                  f"times to detect, {mode}", started)
+                        detect.setdefault(mode, []).append(
+                            detection_times(cluster, replicas, mode))
+                        _save({"runs": runs, "detect": detect})
     return runs, detect
 
 
@@ -174,9 +178,10 @@ def _replica_container(cluster: Cluster, hostname: str):
 
 
 def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
-    """Seconds from each fault to the controller's "marking it unhealthy" line,
-    for one replica of the `mode` app each: its check starts failing; its
-    actor's process is killed; its event loop is blocked past the timeout."""
+    """Seconds from each fault to the controller's verdict that the replica is
+    unhealthy (not a single strike), for one replica of the `mode` app each:
+    its check starts failing; its actor's process is killed; its event loop is
+    blocked past the timeout."""
     from harness.load import HTTPConnection
 
     cluster.deploy(_config(replicas, mode), timeout_s=600)
@@ -345,16 +350,22 @@ def print_health(result: dict) -> None:
           f"{stock_cost:.3f} s / period, {stock['pull']['probes']:.1f} probes / period "
           f"(patched image, flag off: {patched_pull:.3f} s)")
     print()
-    print("time to detect (s), middle size; fault to the controller's "
-          "\"marking it unhealthy\"")
+    detect = result["detect"]
+    print(f"time to detect (s), {stock['replicas']} replicas, "
+          f"{len(detect.get('pull', []))} samples each; fault to the controller's verdict "
+          "(threshold reached, or actor crashed); median (min-max)")
     print()
     print("| fault | pull | push |")
     print("|---|---:|---:|")
-    detect = result["detect"]
-    for fault in detect.get("pull", {}):
-        cells = [detect[m][fault] for m in ("pull", "push")]
-        print(f"| {fault} | " + " | ".join("not detected" if c is None else f"{c:.1f}"
-                                           for c in cells) + " |")
+    for fault in (detect["pull"][0] if detect.get("pull") else {}):
+        cells = []
+        for mode in ("pull", "push"):
+            times = [sample[fault] for sample in detect[mode]]
+            found = [t for t in times if t is not None]
+            missed = len(times) - len(found)
+            cells.append((_range(found, digits=1) if found else "")
+                         + (f" ({missed} not detected)" if missed else ""))
+        print(f"| {fault} | " + " | ".join(cells) + " |")
     ingest = result["ingest"]
     print()
     print(f"ingest at {INGEST['nodes'] * INGEST['replicas_per_node']} replicas "

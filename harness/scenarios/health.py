@@ -37,6 +37,9 @@ PROBES = "ray_serve_health_check_latency_ms_count"
 # response ... marking it unhealthy") and for the verdict ("... failed the health
 # check 3 times in a row, marking it unhealthy").
 UNHEALTHY = "marking it unhealthy"
+# Only the verdicts: a replica that failed `threshold` checks, or whose actor
+# crashed. Both replace it; a single strike does not.
+VERDICTS = ["times in a row, marking it unhealthy", "crashed, marking it unhealthy"]
 PUSH_ENV = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 # Observations: when the controller logged the failing replica unhealthy and
 # when it was gone from the alive replicas (None: not within the wait), the
@@ -49,10 +52,11 @@ PROBE_RATE = "probes per period"
 
 def wait_for_unhealthy(cluster: Cluster, replica: str | None, since: float,
                        timeout_s: float) -> float | None:
-    """When the controller logged a replica (any, if None) unhealthy after `since`."""
+    """When the controller decided that a replica (any, if None) is unhealthy,
+    after `since`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for stamp, line in cluster.log_lines(cluster.head, [UNHEALTHY]):
+        for stamp, line in cluster.log_lines(cluster.head, VERDICTS):
             if stamp >= since and (replica is None or replica in line):
                 return stamp
         time.sleep(1)
