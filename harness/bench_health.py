@@ -20,14 +20,17 @@ deployment-state update means. Health's cost is a mode's CPU less the
 no-health run's of the same repeat. A stock 2.60.0 cluster probes the middle
 size once as a cross-check that the patched image's pull is stock's.
 
-Then, on the middle size: the time to detect a replica whose check fails, one
-whose actor is killed, and one whose event loop is blocked, for pull and push.
-
-Last, the controller's ingest at 8,000 replicas: simulated relays send it what
+Then the controller's ingest at 8,000 replicas: simulated relays send it what
 250 nodes x 32 replicas at Serve's default 10 s period would, into the real
 controller and registry; its CPU is measured against a window without them.
 The registry's memory at 8,000 entries is measured on the host with the
 patched registry class.
+
+Last, on a cluster of their own at the middle size (the faults replace
+replicas): the time to detect a replica whose check fails, one whose actor is
+killed, and one whose event loop is blocked, `repeats` samples for pull and
+push, interleaved; every fault waits until the app is whole again. `--detect-
+again` repeats only this part, into the saved run.
 """
 
 from __future__ import annotations
@@ -117,12 +120,9 @@ def _cluster(tag: str) -> Cluster:
 
 
 def measure_sizes(tag: str, sizes: tuple[int, ...], repeats: int, window_s: float,
-                  started: float) -> tuple[list[dict], dict]:
-    """Every mode at every size, `repeats` times, interleaved; then the times to
-    detect on the middle size, `repeats` samples per mode, interleaved too."""
+                  started: float) -> list[dict]:
+    """Every mode at every size, `repeats` times, interleaved."""
     runs: list[dict] = []
-    middle = sizes[len(sizes) // 2]
-    detect: dict = {}
     with _cluster(tag) as cluster:
         for replicas in sizes:
             _progress(f"deploying 2 x {replicas} replicas", started)
@@ -137,17 +137,47 @@ def measure_sizes(tag: str, sizes: tuple[int, ...], repeats: int, window_s: floa
                     _settle(cluster)
                     runs.append({"replicas": replicas, "repeat": repeat, "mode": mode,
                                  **_window(cluster, pid, window_s)})
-                    _save({"runs": runs, "detect": detect})
-            if replicas == middle:
-                for repeat in range(repeats):
-                    order = ("pull", "push") if repeat % 2 == 0 else ("push", "pull")
-                    for mode in order:
-                        _progress(f"{replicas} replicas, repeat {repeat + 1}/{repeats}: "
-                                  f"times to detect, {mode}", started)
-                        detect.setdefault(mode, []).append(
-                            detection_times(cluster, replicas, mode))
-                        _save({"runs": runs, "detect": detect})
-    return runs, detect
+                    _save({"runs": runs})
+    return runs
+
+
+def measure_detection(tag: str, replicas: int, repeats: int, started: float,
+                      save) -> dict:
+    """`repeats` samples of the times to detect per mode, the modes interleaved,
+    on a cluster of their own: the faults replace replicas, and a deployment
+    whose replicas failed is not one to measure costs on afterwards.
+    `save(detect)` after every sample."""
+    detect: dict = {}
+    with _cluster(tag) as cluster:
+        _progress(f"deploying 2 x {replicas} replicas", started)
+        cluster.deploy(_config(replicas, "no health checks"), timeout_s=1200)
+        for repeat in range(repeats):
+            order = ("pull", "push") if repeat % 2 == 0 else ("push", "pull")
+            for mode in order:
+                _progress(f"{replicas} replicas, repeat {repeat + 1}/{repeats}: "
+                          f"times to detect, {mode}", started)
+                detect.setdefault(mode, []).append(detection_times(cluster, replicas, mode))
+                save(detect)
+    return detect
+
+
+def detect_again(repeats: int = REPEATS) -> dict:
+    """Measure the times to detect again, into the saved finished run (at its
+    middle size), leaving its cost figures as they are."""
+    path = RESULTS_DIR / "bench-health.json"
+    try:
+        result = json.loads(path.read_text())
+        replicas = result["stock"]["replicas"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise HarnessError(f"{path} holds no finished bench-health run to measure "
+                           f"detection into ({e!r}); run `make bench-health` first.") from e
+    pin = load_pin()
+    patched = images.ensure_node_image(images.ImageSpec(pin.ray.version, "patched"))
+    result["detect"] = measure_detection(
+        patched, replicas, repeats, time.monotonic(),
+        lambda d: _save({**result, "detect": d, "detect_partial": True}))
+    _save(result)
+    return result
 
 
 def measure_stock(tag: str, replicas: int, window_s: float, started: float) -> dict:
@@ -177,22 +207,33 @@ def _replica_container(cluster: Cluster, hostname: str):
     raise HarnessError(f"no node of the cluster has hostname {hostname!r}")
 
 
+def _wait_recovered(cluster: Cluster, mode: str, replicas: int, faulted: set[str]) -> None:
+    """Until the `mode` app runs `replicas` replicas again, none of them one a
+    fault hit, and the newest has reported: every sample starts from a whole,
+    settled app, and no fault lands on a replica that is already stopping."""
+    deadline = time.monotonic() + DETECT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        names = cluster.replica_names(mode, "Echo")
+        if len(names) == replicas and not any(f in n for f in faulted for n in names):
+            time.sleep(2 * PERIOD_S)
+            return
+        time.sleep(1)
+    raise HarnessError(f"the {mode} app did not get back to {replicas} replicas within "
+                       f"{DETECT_TIMEOUT_S:.0f}s of a detection fault")
+
+
 def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
     """Seconds from each fault to the controller's verdict that the replica is
     unhealthy (not a single strike), for one replica of the `mode` app each:
     its check starts failing; its actor's process is killed; its event loop is
-    blocked past the timeout."""
+    blocked past the timeout. Returns {"seconds": {fault: s or None},
+    "replicas": {fault: replica id}}, the ids so that a miss can be traced."""
     from harness.load import HTTPConnection
 
     cluster.deploy(_config(replicas, mode), timeout_s=600)
     _settle(cluster)
-    times: dict[str, float | None] = {}
-    history = History()
-    replica = asyncio.run(fail_health_check(history, "127.0.0.1", cluster.config.lb_port,
-                                            prefix=f"/{mode}"))
-    flipped = history.events[-1].time
-    detected = wait_for_unhealthy(cluster, replica, flipped - 1, DETECT_TIMEOUT_S)
-    times["check fails"] = detected - flipped if detected else None
+    seconds: dict[str, float | None] = {}
+    victims: dict[str, str] = {}
 
     async def get(path: str, timeout_s: float):
         conn = HTTPConnection("127.0.0.1", cluster.config.lb_port, -1)
@@ -201,15 +242,25 @@ def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
         finally:
             conn.close()
 
+    history = History()
+    replica = asyncio.run(fail_health_check(history, "127.0.0.1", cluster.config.lb_port,
+                                            prefix=f"/{mode}"))
+    flipped = history.events[-1].time
+    detected = wait_for_unhealthy(cluster, replica, flipped - 1, DETECT_TIMEOUT_S)
+    seconds["check fails"], victims["check fails"] = (
+        detected - flipped if detected else None), replica
+
+    _wait_recovered(cluster, mode, replicas, set(victims.values()))
     row = asyncio.run(get(f"/{mode}/", 10.0))
     actor = next(a for actors in cluster.replicas_by_node(mode, "Echo").values()
                  for a in actors if row.replica in a["name"])
     killed = time.time()
     engine.exec_in(_replica_container(cluster, row.node), ["kill", "-9", str(actor["pid"])])
     detected = wait_for_unhealthy(cluster, row.replica, killed - 1, DETECT_TIMEOUT_S)
-    times["actor killed"] = detected - killed if detected else None
+    seconds["actor killed"], victims["actor killed"] = (
+        detected - killed if detected else None), row.replica
 
-    row = asyncio.run(get(f"/{mode}/", 10.0))
+    _wait_recovered(cluster, mode, replicas, set(victims.values()))
     blocked = time.time()
     # Blocks the loop the replica's user code runs on for longer than the
     # detection can take; the request itself is abandoned.
@@ -217,8 +268,9 @@ def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
     # Which replica the front LB sent it to is unknown: any of the app's that
     # the controller marks after the block.
     detected = wait_for_unhealthy(cluster, f"app='{mode}'", blocked, DETECT_TIMEOUT_S)
-    times["event loop blocked"] = detected - blocked if detected else None
-    return times
+    seconds["event loop blocked"] = detected - blocked if detected else None
+    _wait_recovered(cluster, mode, replicas, set(victims.values()))
+    return {"seconds": seconds, "replicas": victims}
 
 
 def measure_ingest(tag: str, window_s: float, started: float) -> dict:
@@ -275,11 +327,16 @@ def bench_health(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS,
     stock = images.ensure_node_image(images.ImageSpec(pin.ray.version, "stock"))
     patched = images.ensure_node_image(images.ImageSpec(pin.ray.version, "patched"))
     started = time.monotonic()
-    runs, detect = measure_sizes(patched, sizes, repeats, window_s, started)
-    stock_run = measure_stock(stock, sizes[len(sizes) // 2], window_s, started)
+    middle = sizes[len(sizes) // 2]
+    runs = measure_sizes(patched, sizes, repeats, window_s, started)
+    stock_run = measure_stock(stock, middle, window_s, started)
     ingest = measure_ingest(patched, INGEST_WINDOW_S, started)
-    result = {"runs": runs, "detect": detect, "stock": stock_run, "ingest": ingest,
+    result = {"runs": runs, "stock": stock_run, "ingest": ingest,
               "registry_bytes": registry_memory(), "sizes": sizes, "repeats": repeats}
+    _save(result)
+    result["detect"] = measure_detection(
+        patched, middle, repeats, started,
+        lambda d: _save({**result, "detect": d, "detect_partial": True}))
     _save(result)
     return result
 
@@ -357,10 +414,10 @@ def print_health(result: dict) -> None:
     print()
     print("| fault | pull | push |")
     print("|---|---:|---:|")
-    for fault in (detect["pull"][0] if detect.get("pull") else {}):
+    for fault in (detect["pull"][0]["seconds"] if detect.get("pull") else {}):
         cells = []
         for mode in ("pull", "push"):
-            times = [sample[fault] for sample in detect[mode]]
+            times = [sample["seconds"][fault] for sample in detect[mode]]
             found = [t for t in times if t is not None]
             missed = len(times) - len(found)
             cells.append((_range(found, digits=1) if found else "")
