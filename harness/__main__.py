@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=20,
                    help="membership: replicas added and removed per configuration")
     p.add_argument("--sizes", type=_sizes, default=None,
-                   help="health: replica counts per app, comma-separated (default 16,48,96)")
+                   help="health: replica counts per app, comma-separated (default 16,32,48)")
     p.add_argument("--repeats", type=int, default=None,
                    help="health: runs of every mode per size (default 3)")
     p.add_argument("--window", type=float, default=None,

@@ -50,7 +50,7 @@ from harness.paths import RESULTS_DIR
 from harness.pin import load_pin
 from harness.scenarios.health import METRICS_PORT, PERIOD_S, PROBES, TIMEOUT_S, wait_for_unhealthy
 
-SIZES = (16, 48, 96)
+SIZES = (16, 32, 48)  # 64 per mode saturates a 2-core machine; 96 did not deploy
 REPEATS = 3
 WINDOW_S = 30.0
 IDLE_PERIOD_S = 3600.0  # no check falls in a window

@@ -794,17 +794,20 @@ EVIDENCE: dict[str, Evidence] = {
         "image with `RAY_SERVE_ENABLE_PUSH_HEALTH=1` (patch 0002). That the receive path "
         "changes nothing without a sender rests on the unit test comparing the probe "
         "schedule with an empty registry to the probe-only path.",
-        "The ingest-lag gate never fired on a real cluster. `controller_lag` stops the "
-        "controller with SIGSTOP, but stock 2.60.0 logged no false strike either: on SIGCONT "
-        "the core worker completes the probe replies before the control loop looks, so the "
-        "lag never reaches the timeout path the gate guards. The gate is covered by the unit "
-        "tests and `make mutation-check` only.",
-        "Detection was measured once per fault and mode (`bench-health`, 48 replicas): a "
-        "failing check, a killed actor and a blocked event loop. Push was slower in all "
-        "three there; `health_failure` (2 replicas) measured push faster. The fallback "
-        "probe of a replica that went silent without its actor exiting (a lost node) was "
-        "not injected.",
-        "Scale: 2 replicas in the health scenarios, 16 and 48 per mode in `bench-health`, "
+        "The ingest-lag gate never fired on a real cluster. Stock 2.60.0 logged no false "
+        "strike under any controller lag tried: SIGSTOP cycles (`controller_lag`), its "
+        "threads at SCHED_IDLE beside a busy loop, a CPU quota of 0.02-0.05 CPUs on the head "
+        "container, and a flood of up to 3,135 calls/s into the controller. A probe's reply "
+        "is completed by the core worker's own threads, so it is ready whenever the control "
+        "loop looks; the timeout path the gate guards was never reached. The gate is covered "
+        "by the unit tests and `make mutation-check` only.",
+        "Detection (`bench-health`, 32 replicas, three samples per fault and mode): a failing "
+        "check, a killed actor and a blocked user event loop. A replica whose own event loop "
+        "is blocked, and the fallback probe of a replica that went silent without its actor "
+        "exiting (a lost node), were not injected.",
+        "Scale: 2 replicas in the health scenarios, 16, 32 and 64 per mode in `bench-health` "
+        "(64 saturated the 2-core machine, so its figures are not a measurement of the "
+        "controller), "
         "and 8,000 simulated replica ids fed to the real controller (receive path and "
         "registry only: the ids match no running replica, so the control loop's per-replica "
         "sweep is not in that figure). Registry pruning above 65,536 entries is "
@@ -816,9 +819,13 @@ EVIDENCE: dict[str, Evidence] = {
     )),
     "0002": Evidence(_PUSH_HEALTH, caveats=(
         "Push's controller CPU for health is below the run-to-run noise of the idle "
-        "controller in `bench-health` (worst repeat 0.06 x pull at 48 replicas); at 16 "
-        "replicas the noise is larger than either cost, so the ratio there is not shown. "
-        "Two repeats of 20 s, two sizes: not the 3 x 3 the benchmark runs by default.",
+        "controller in `bench-health`, and so is pull's at 16 and 32 replicas (about 0.02 s "
+        "per period), so the ratio is not resolved there (median 0.39 x at 16); an earlier "
+        "run at 48 measured push's worst repeat at 0.06 x pull. Three repeats of 20 s.",
+        "Push costs the nodes more than pull: per replica per period two user checks and two "
+        "calls to the node's proxy, against one probe. At 64 replicas per mode on two shared "
+        "cores this saturated the machine and slowed the controller's loop; the replicas' and "
+        "proxies' CPU was not measured.",
         "The bound on stuck pushes (`RAY_SERVE_METRICS_PUSH_STUCK_S`) could not be exercised "
         "by any real fault. `stuck_receiver` pauses the controller for 12 s against a 4 s "
         "bound (and was also run across a 10 s network partition), and it passes with the "

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.integration
 
 
 # controller_lag and stuck_receiver run (python -m harness run NAME) but are not here:
-# neither can fail on the fault it names. SIGSTOP lag gives stock 2.60.0 no false
-# strike (probe replies complete on resume before the control loop looks), and
+# neither can fail on the fault it names. Controller lag gives stock 2.60.0 no false
+# strike, whether by SIGSTOP, CPU starvation or a flood of calls (probe replies are
+# completed by the core worker's threads, ready whenever the control loop looks), and
 # stuck_receiver passes with the stuck bound taken out (a paused controller resolves
 # queued pushes on resume; so does a 10 s partition). README.md has the runs.
 # spot_preemption at half scale: every ordering still holds and it takes half the
