@@ -159,11 +159,15 @@ def cmd_bench(args) -> None:
         bench.print_load(bench.bench_load())
     elif args.what == "health":
         from harness import bench_health
+        from harness.errors import HarnessError
 
         options = {key: value for key, value in (
             ("sizes", args.sizes), ("repeats", args.repeats), ("window_s", args.window))
             if value is not None}
         if args.detect_again:
+            if args.sizes is not None or args.window is not None:
+                raise HarnessError("--detect-again measures at the saved run's middle size and "
+                                   "takes only --repeats; drop --sizes and --window.")
             bench_health.print_health(bench_health.detect_again(
                 **({"repeats": args.repeats} if args.repeats is not None else {})))
         else:

@@ -48,7 +48,14 @@ from harness.history import History
 from harness.nemesis import fail_health_check
 from harness.paths import RESULTS_DIR
 from harness.pin import load_pin
-from harness.scenarios.health import METRICS_PORT, PERIOD_S, PROBES, TIMEOUT_S, wait_for_unhealthy
+from harness.scenarios.health import (
+    METRICS_PORT,
+    PERIOD_S,
+    PROBES,
+    TIMEOUT_S,
+    wait_for_unhealthy,
+    wait_replaced,
+)
 
 SIZES = (16, 32, 48)  # 64 per mode saturates a 2-core machine; 96 did not deploy
 REPEATS = 3
@@ -211,15 +218,10 @@ def _wait_recovered(cluster: Cluster, mode: str, replicas: int, faulted: set[str
     """Until the `mode` app runs `replicas` replicas again, none of them one a
     fault hit, and the newest has reported: every sample starts from a whole,
     settled app, and no fault lands on a replica that is already stopping."""
-    deadline = time.monotonic() + DETECT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        names = cluster.replica_names(mode, "Echo")
-        if len(names) == replicas and not any(f in n for f in faulted for n in names):
-            time.sleep(2 * PERIOD_S)
-            return
-        time.sleep(1)
-    raise HarnessError(f"the {mode} app did not get back to {replicas} replicas within "
-                       f"{DETECT_TIMEOUT_S:.0f}s of a detection fault")
+    if wait_replaced(cluster, mode, replicas, faulted, DETECT_TIMEOUT_S) is None:
+        raise HarnessError(f"the {mode} app did not get back to {replicas} replicas within "
+                           f"{DETECT_TIMEOUT_S:.0f}s of a detection fault")
+    time.sleep(2 * PERIOD_S)
 
 
 def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:

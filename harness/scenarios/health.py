@@ -63,6 +63,20 @@ def wait_for_unhealthy(cluster: Cluster, replica: str | None, since: float,
     return None
 
 
+def wait_replaced(cluster: Cluster, app: str, replicas: int, gone: set[str],
+                  timeout_s: float) -> float | None:
+    """When the app's Echo deployment ran `replicas` alive replicas again, none of
+    them one in `gone` (None if not within `timeout_s`): a replaced replica is
+    gone only once its actor exited, not when the controller decided."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = cluster.replica_names(app, "Echo")
+        if len(alive) == replicas and not any(r in name for r in gone for name in alive):
+            return time.time()
+        time.sleep(1)
+    return None
+
+
 class _HealthScenario(Scenario):
     replicas = 2
 
@@ -108,14 +122,8 @@ class HealthFailure(_HealthScenario):
                 detected = await asyncio.to_thread(wait_for_unhealthy, cluster, replica,
                                                    flipped - 1, 40)
                 history.observe(DETECTED, detected, detected or time.time(), target=replica)
-                replaced = None
-                deadline = time.monotonic() + 40
-                while replaced is None and time.monotonic() < deadline:
-                    alive = await asyncio.to_thread(cluster.replica_names, "echo", "Echo")
-                    if len(alive) == self.replicas and not any(replica in n for n in alive):
-                        replaced = time.time()
-                    else:
-                        await asyncio.sleep(1)
+                replaced = await asyncio.to_thread(wait_replaced, cluster, "echo",
+                                                   self.replicas, {replica}, 40)
                 history.observe(REPLACED, replaced, replaced or time.time(), target=replica)
                 await load
 
