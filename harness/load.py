@@ -50,18 +50,23 @@ class ProtocolError(Exception):
 
 class HTTPConnection:
     """One keep-alive HTTP/1.1 connection. Reconnects on the next request after
-    a failure or a `Connection: close`; `number` identifies it in the history."""
+    a failure, a `Connection: close`, or the server closing it while it sat
+    idle (seen before sending, as pooled clients such as urllib3 check);
+    `number` identifies it in the history."""
 
     def __init__(self, host: str, port: int, number: int) -> None:
         self.host, self.port, self.number = host, port, number
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self.connects = 0  # TCP connections opened so far
 
     @property
     def is_open(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        return (self._writer is not None and not self._writer.is_closing()
+                and not self._reader.at_eof())
 
     async def connect(self) -> None:
+        self.connects += 1
         self._reader, self._writer = await asyncio.open_connection(
             self.host, self.port, limit=_MAX_HEAD)
 
@@ -333,15 +338,17 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
 
 
 async def closed_loop(host: str, port: int, count: int, connections: int, history: History,
-                      path: str = "/", timeout_s: float = 30.0) -> None:
+                      path: str = "/", timeout_s: float = 30.0, kind: str = "short") -> int:
     """`count` requests over `connections` keep-alive connections, each sending
-    its next request as soon as the last one ends: the most a target serves."""
+    its next request as soon as the last one ends: the most a target serves.
+    Returns how many TCP connections the clients opened."""
     remaining = iter(range(count))
+    clients = [HTTPConnection(host, port, number) for number in range(connections)]
 
-    async def worker(number: int) -> None:
-        conn = HTTPConnection(host, port, number)
+    async def worker(conn: HTTPConnection) -> None:
         for _ in remaining:
-            await send(history, conn, path, "short", timeout_s)
+            await send(history, conn, path, kind, timeout_s)
         conn.close()
 
-    await asyncio.gather(*(worker(n) for n in range(connections)))
+    await asyncio.gather(*(worker(c) for c in clients))
+    return sum(c.connects for c in clients)

@@ -360,6 +360,44 @@ def test_a_connection_the_server_closes_is_not_reused(head):
     assert all(r.ok for r in run(main()))
 
 
+def test_an_idle_connection_the_server_closed_is_replaced_before_sending():
+    """A keep-alive connection the server closed while it sat idle (HAProxy's
+    soft-stop, a keep-alive timeout) is seen closed and replaced, as pooled
+    clients do, rather than reused and charged a reset."""
+    async def handler(reader, writer):
+        await _read_request(reader)
+        writer.write(_response(200, OK_BODY))  # keep-alive, then closed while idle
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.close()
+
+    async def main():
+        server, port = await _serve(handler)
+        conn = HTTPConnection("127.0.0.1", port, 0)
+        first = await conn.get("/", "short", 2)
+        await asyncio.sleep(0.4)
+        second = await conn.get("/", "short", 2)
+        server.close()
+        return first, second, conn.connects
+
+    first, second, connects = run(main())
+    assert first.ok and second.ok, (first, second)
+    assert connects == 2
+
+
+def test_closed_loop_returns_the_connections_it_opened():
+    async def main():
+        server, port = await _serve(_keepalive_ok)
+        history = History()
+        opened = await closed_loop("127.0.0.1", port, 12, 3, history, kind="probe")
+        server.close()
+        return opened, history
+
+    opened, history = run(main())
+    assert opened == 3
+    assert len(history.requests) == 12 and {r.kind for r in history.requests} == {"probe"}
+
+
 # --- cancellation: recorded, and still a cancellation
 
 
