@@ -185,10 +185,13 @@ class Ladder:
     long_runner_min_s: float = 8.0  # the shortest long request the scenario's load sends
     client_timeout_s: float | None = None  # how long a client waits for an answer
     request_timeout_s: float | None = 26.0  # http_options.request_timeout_s
-    keep_alive_timeout_s: float = RAY_KEEP_ALIVE_DEFAULT_S  # http_options; in no ordering
+    keep_alive_timeout_s: float = RAY_KEEP_ALIVE_DEFAULT_S  # http_options; bounds C's idle window
     haproxy_timeout_server_s: int | None = 28  # RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S
     haproxy_hard_stop_after_s: int | None = 30  # RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S
-    haproxy_close_spread_s: int | None = None  # RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S
+    # RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S: idle connections of a stale worker
+    # close within 2 s of the reload, so a last request on one (26 s at most)
+    # ends before the hard stop (C).
+    haproxy_close_spread_s: int | None = 2
     haproxy_timeout_connect_s: int | None = RAY_TIMEOUT_CONNECT_DEFAULT_S
     haproxy_retries: int | None = None  # None: HAProxy's default
     min_draining_s: float = 30.0  # RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S
@@ -356,24 +359,38 @@ class Ladder:
                  "before HAProxy's 504 (sent as a 500); holds for non-streaming responses only",
             (check,), tuple(notes))
 
+    def _idle_window(self) -> Term | None:
+        """How long after a reload a stale worker still admits a request on a
+        keep-alive connection that was idle at the reload: close-spread-time,
+        or unset, the hard stop itself (Serve renders `option
+        idle-close-on-response`, which keeps such a connection for one last
+        request); never longer than the keep-alive timeout. None with no hard
+        stop: nothing cuts that request."""
+        if not self.haproxy_hard_stop_after_s:
+            return None
+        if self.haproxy_close_spread_s is not None:
+            window = Term("close-spread-time", self.haproxy_close_spread_s)
+        else:
+            window = Term("close-spread-time", self.haproxy_hard_stop_after_s,
+                          text=f"close-spread-time unset (idle connections kept until "
+                               f"hard-stop-after {_num(self.haproxy_hard_stop_after_s)})")
+        if self.keep_alive_timeout_s < window.value:
+            return Term("keep-alive timeout", self.keep_alive_timeout_s)
+        return window
+
     def _c(self) -> Ordering:
         hard_stop = self._limit(self.haproxy_hard_stop_after_s, "hard-stop-after")
         checks = [_compare([self._limit(self.haproxy_timeout_server_s, "timeout server")], "<",
                            [hard_stop])]
         notes = []
-        if self.haproxy_close_spread_s is not None:
-            # C's stricter form: the last request a stale worker admits on an
-            # idle keep-alive connection comes within close-spread of the reload.
-            checks.append(_compare([Term("close-spread-time", self.haproxy_close_spread_s),
-                                    self._limit(self.request_timeout_s, "request_timeout_s")],
+        idle = self._idle_window()
+        if idle is not None:
+            # C's idle-connection form: the last request a stale worker admits
+            # on a connection that was idle at the reload comes within this
+            # window of it.
+            checks.append(_compare([idle, self._limit(self.request_timeout_s,
+                                                      "request_timeout_s")],
                                    "<", [hard_stop]))
-        elif self.haproxy_hard_stop_after_s and self.request_timeout_s is not None \
-                and self.haproxy_hard_stop_after_s > self.request_timeout_s:
-            late = self.haproxy_hard_stop_after_s - self.request_timeout_s
-            notes.append(f"RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S unset: a stale worker's idle "
-                         f"keep-alive connection can admit a request until hard-stop-after; one "
-                         f"admitted more than {_num(late)} s after the reload is cut (a gap no "
-                         f"hard-stop-after closes)")
         return Ordering("C", "timeout server < hard-stop-after: a request on a soft-stopped "
                              "worker ends by a timeout, not a cut connection",
                         tuple(checks), tuple(notes))
@@ -795,7 +812,7 @@ def _shared_fields(doc: _Doc, top: dict) -> tuple[dict, list]:
         values["keep_alive_timeout_s"] = RAY_KEEP_ALIVE_DEFAULT_S
         where = "Ray 2.60.0 default (ray/serve/config.py:884, ray/serve/_private/constants.py:60)"
     rows.append(("http_options.keep_alive_timeout_s",
-                 f"{_num(values['keep_alive_timeout_s'])} s (in no ordering)", where))
+                 f"{_num(values['keep_alive_timeout_s'])} s (C's idle window)", where))
 
     if "deployments" not in top:
         raise doc.error(doc.root, "deployments: missing; name at least the ingress deployment "

@@ -60,12 +60,14 @@ def test_half_scale_keeps_every_ordering_and_renders_env():
     env = ladder.node_env()
     assert env["RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S"] == "14"
     assert env["RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S"] == "15"
+    assert env["RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S"] == "1"  # 1 + 13 < 15
     assert ladder.deployment_options()["graceful_shutdown_timeout_s"] == 29.5
 
 
 def test_default_ladder_starts_nodes_with_only_the_ladder_vars():
     assert set(Ladder().node_env()) == {
         "RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S", "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S",
+        "RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S",
         "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S"}
 
@@ -112,7 +114,9 @@ def test_spot_notice_example_flags_ordering_e():
     failing = {o.key for _, o in result.results() if o.status == "fail"}
     # G as well, at its boundary: with the force-kill at MIN (30 s) the last
     # reload is at deadline - 30 s, and its old worker lives until the deadline.
-    assert failing == {"E[gst-15s]", "E[gst-20s]", "E[gst-25s]", "G"}
+    # And C: without close-spread-time a stale worker keeps idle connections
+    # for one last request until its hard stop.
+    assert failing == {"C", "E[gst-15s]", "E[gst-20s]", "E[gst-25s]", "G"}
     assert "set graceful_shutdown_timeout_s >= 59" in _ordering(result, "E[gst-20s]").notes
     assert result.exit_code == 1
 
