@@ -895,6 +895,18 @@ EVIDENCE: dict[str, Evidence] = {
         "Old workers are the master's children, not Ray's; their exit is read from /proc, "
         "so draining does not wait for them where there is no /proc.",
     )),
+    "0007": Evidence(("streaming_drain",), caveats=(
+        "`streaming_drain` runs with the ladder's close-spread-time (1 s at x0.5), which "
+        "covers connections idle across a reload; 0007 covers connections that carried a "
+        "stream across one. Stock with close-spread-time loses only the latter; the run "
+        "before 0007 existed, without close-spread-time, lost both on stock and on the "
+        "patched image.",
+        "Not covered: a sized response (Content-Length) whose body is still being sent at "
+        "a reload leaves its connection reusable the same way; no run sent one.",
+        "The steady-state cost is measured by `make bench-keepalive` on the same cluster "
+        "shape (one new client connection per streamed response; nothing for sized "
+        "responses); it was not measured under TLS, where a new connection costs more.",
+    )),
 }
 LATER = Evidence(("membership_churn",))
 

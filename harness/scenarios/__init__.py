@@ -10,9 +10,10 @@ from harness.scenarios.membership_churn import MembershipChurn
 from harness.scenarios.request_overrun import RequestOverrun
 from harness.scenarios.spot_preemption import SpotPreemption
 from harness.scenarios.stale_worker import DrainWindowAdmission, StaleWorkerDrain
+from harness.scenarios.streaming_drain import StreamingDrain
 
 SCENARIOS = {s.name: s for s in (StaleWorkerDrain, DrainWindowAdmission, SpotPreemption,
                                   HealthFailure, ControllerLag, StuckReceiver,
-                                  RequestOverrun, MembershipChurn)}
+                                  RequestOverrun, MembershipChurn, StreamingDrain)}
 
 __all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]

@@ -423,12 +423,12 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
 
 def test_pr_body_for_a_patch_nothing_maps_yet(tmp_path: Path) -> None:
     (patch,) = make_series(tmp_path, [STEP_4])
-    later = tmp_path / "0007-Serve-Rename-the-API.patch"
+    later = tmp_path / "0008-Serve-Rename-the-API.patch"
     later.write_bytes(patch.read_bytes())
-    body = pr_body("0007", [later], tmp_path / "results", known_scenarios=set())
+    body = pr_body("0008", [later], tmp_path / "results", known_scenarios=set())
     assert "### `membership_churn`" in body and "no scenario of that name yet" in body
     assert "Nobody has written this patch's part yet" in body
-    with pytest.raises(HarnessError, match="no patch 0003.*0007"):
+    with pytest.raises(HarnessError, match="no patch 0003.*0008"):
         pr_body("3", [later], tmp_path / "results", known_scenarios=set())
 
 

@@ -1,0 +1,221 @@
+"""streaming_drain: streams across the HAProxy reloads a spot preemption causes
+on a node that survives it.
+
+A worker gets a spot notice (the spot-notice ladder at `scale`, the node
+killed at its drain deadline); its replicas move, and the head node's HAProxy
+reloads several times. A soft-stopped
+HAProxy worker keeps the connections it holds until `hard-stop-after`, and two
+kinds of keep-alive connection can still carry a request into it:
+
+  stream loops  connections that carry one long stream after another,
+                straight to the head's HAProxy. A stream whose response
+                headers went out before a reload leaves its connection
+                reusable (soft-stop marks a connection to close only through
+                the next response headers it writes), so the old worker
+                admits the next stream, and the hard stop cuts it.
+  idle          connections that carried one short request before the
+                preemption and then sat idle across the head's first reload;
+                each then carries a long stream, from 4 s after that reload.
+                Serve renders `option idle-close-on-response`, so an old
+                worker keeps idle connections open for one last request, up to
+                the hard stop.
+
+Plus natural traffic through the front LB for the whole event (short requests
+and 40-chunk streams), as users send it.
+
+Pass: no request fails, and the head's HAProxy reloaded after the drain (or,
+with dynamic membership, did not need to). Streams are at most the ladder's
+request timeout long, so each one is a request the cluster promised to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from harness import appconfigs, images
+from harness.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.history import History
+from harness.ladder import Ladder
+from harness.load import HTTPConnection, LoadSpec, Mix, open_loop, send
+from harness.nemesis import SpotNotice, spot_preemption
+from harness.pin import load_pin
+from harness.scenarios.base import ImageRun, Scenario
+
+LEAD_S = 4.0  # traffic before the notice
+TAIL_S = 6.0  # traffic after the node is gone
+IDLE_AFTER_RELOAD_S = 4.0  # the first idle connection's stream, after the head's first reload
+IDLE_STAGGER_S = 0.4  # and the next ones, this much apart
+POLL_S = 0.25  # how often the head's HAProxy processes are listed
+# Observations: the head's HAProxy pids when they changed, and the moment the
+# idle connections' streams were due from.
+PIDS = "head haproxy pids"
+IDLE_FROM = "idle streams due from"
+LOOP, IDLE, PRIME, LB = "stream loop", "idle stream", "prime", "lb"
+
+# Configurations of the patched image, by the label's suffix.
+DYNAMIC = {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1"}
+CONFIGS = {"": {}, "dynamic membership": DYNAMIC}
+
+
+class StreamingDrain(Scenario):
+    name = "streaming_drain"
+    title = "Streams across the reloads a spot preemption causes on a surviving node"
+
+    def __init__(self, scale: float = 0.5, loops: int = 8, idle: int = 8,
+                 rate: float = 10.0, dynamic: bool = True) -> None:
+        self.ladder = Ladder().scaled(scale)
+        self.scale, self.loops, self.idle, self.rate = scale, loops, idle, rate
+        self.dynamic = dynamic  # also run the patched image with dynamic membership
+        # Long, but inside the request timeout: 0.2 s per chunk.
+        self.chunks = int(self.ladder.request_timeout_s / 0.2) - 5
+
+    @staticmethod
+    def default_images() -> list[images.ImageSpec]:
+        version = load_pin().ray.version
+        return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+
+    def labels(self, spec: images.ImageSpec) -> list[str]:
+        if spec.flavor == "patched":
+            return [f"{spec} {suffix}".strip() for suffix in CONFIGS
+                    if self.dynamic or not suffix]
+        return [str(spec)]
+
+    def run_once(self, image_tag: str, label: str) -> History:
+        extra = next((env for suffix, env in CONFIGS.items() if suffix and label.endswith(suffix)),
+                     {})
+        history = History({"ladder_scale": self.scale, "env": extra, "chunks": self.chunks})
+        config = ClusterConfig(image=image_tag, name="rayspot-streaming", workers=2,
+                               env={**self.ladder.node_env(), **extra},
+                               worker_resources={"w": 10})
+        app = appconfigs.deploy_config(
+            appconfigs.echo_app(num_replicas=4, max_replicas_per_node=None,
+                                ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                                max_ongoing_requests=100, **self.ladder.deployment_options()),
+            http_options=self.ladder.http_options())
+        with Cluster(config) as cluster:
+            cluster.deploy(app)
+            cluster.wait_lb_ready()
+            node_ids = cluster.ray_node_ids()
+            by_node = cluster.replicas_by_node("echo", "Echo")
+            target = max(cluster.workers, key=lambda w: len(by_node.get(node_ids[w.name], [])))
+            asyncio.run(self._experiment(cluster, target, history))
+        return history
+
+    async def _experiment(self, cluster: Cluster, target: Node, history: History) -> None:
+        # The node goes at its drain deadline: the streams meet every reload
+        # of the drain, and nothing happens in the rest of a longer notice.
+        ladder = self.ladder.notice
+        notice = SpotNotice(ladder.detection_s + ladder.drain_deadline_s, ladder.detection_s,
+                            ladder.drain_deadline_s)
+        timeout_s = self.ladder.request_timeout_s + 10
+        stream = f"/stream?chunks={self.chunks}"
+        head = cluster.head.ip
+        idle = [HTTPConnection(head, SERVE_PORT, 1000 + i) for i in range(self.idle)]
+        await asyncio.gather(*(send(history, c, "/", PRIME, 10) for c in idle))
+
+        stop = asyncio.Event()
+        first_reload = asyncio.get_running_loop().create_future()
+        watcher = asyncio.create_task(self._watch_pids(cluster, history, stop, first_reload))
+        loops = [asyncio.create_task(self._loop(HTTPConnection(head, SERVE_PORT, 2000 + i),
+                                                history, stream, timeout_s, stop,
+                                                i * self.chunks * 0.2 / self.loops))
+                 for i in range(self.loops)]
+        spec = LoadSpec(rate=self.rate, duration_s=LEAD_S + notice.notice_s + TAIL_S,
+                        connections=64, timeout_s=timeout_s,
+                        mix=Mix(short=0.7, stream=0.3, stream_chunks=40))
+        lb = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec, history))
+        await asyncio.sleep(LEAD_S)
+        preemption = asyncio.create_task(spot_preemption(cluster, target, history, notice))
+        idle_streams = asyncio.create_task(
+            self._idle_streams(idle, history, stream, timeout_s, first_reload,
+                               time.time() + notice.detection_s + notice.drain_deadline_s / 2))
+        await preemption
+        await asyncio.sleep(TAIL_S)
+        stop.set()
+        await asyncio.gather(lb, idle_streams, *loops)
+        await watcher
+        for conn in idle:
+            conn.close()
+
+    async def _loop(self, conn: HTTPConnection, history: History, path: str, timeout_s: float,
+                    stop: asyncio.Event, delay_s: float) -> None:
+        """One stream after another on one connection, until `stop`."""
+        await asyncio.sleep(delay_s)
+        while not stop.is_set():
+            await send(history, conn, path, LOOP, timeout_s)
+        conn.close()
+
+    async def _idle_streams(self, idle: list[HTTPConnection], history: History, path: str,
+                            timeout_s: float, first_reload: asyncio.Future,
+                            fallback: float) -> None:
+        """A stream on each idle connection, staggered from IDLE_AFTER_RELOAD_S
+        after the head's first reload; with no reload (dynamic membership),
+        from `fallback`, in the middle of the drain."""
+        try:
+            since = await asyncio.wait_for(asyncio.shield(first_reload),
+                                           max(0.0, fallback - time.time()))
+        except TimeoutError:
+            since = fallback - IDLE_AFTER_RELOAD_S
+        history.observe(IDLE_FROM, {"first_reload": first_reload.done(), "since": since},
+                        time.time())
+
+        async def one(index: int, conn: HTTPConnection) -> None:
+            due = since + IDLE_AFTER_RELOAD_S + index * IDLE_STAGGER_S
+            await asyncio.sleep(max(0.0, due - time.time()))
+            await send(history, conn, path, IDLE, timeout_s)
+
+        await asyncio.gather(*(one(i, c) for i, c in enumerate(idle)))
+
+    async def _watch_pids(self, cluster: Cluster, history: History, stop: asyncio.Event,
+                          first_reload: asyncio.Future) -> None:
+        """The head's HAProxy processes, observed whenever they change; the
+        first new process after the notice resolves `first_reload`."""
+        seen: set[int] = set()
+        notice_at = None
+        while not stop.is_set():
+            pids = set(await asyncio.to_thread(cluster.haproxy_pids, cluster.head))
+            now = time.time()
+            if notice_at is None and any(e.fault == "spot_preemption" for e in history.events):
+                notice_at = now
+            if pids != seen:
+                history.observe(PIDS, sorted(pids), now, target="head")
+                if seen and pids - seen and notice_at and not first_reload.done():
+                    first_reload.set_result(now)
+                seen = pids
+            await asyncio.sleep(POLL_S)
+
+    def judge(self, label: str, history: History) -> ImageRun:
+        run = ImageRun(label, history)
+        by_kind: dict[str, list] = {}
+        for row in history.requests:
+            by_kind.setdefault(row.kind, []).append(row)
+        run.facts["failed / sent, by kind"] = {
+            kind: f"{sum(not r.ok for r in rows)} / {len(rows)}"
+            for kind, rows in sorted(by_kind.items())}
+        notice = next(e.time for e in history.events if e.fault == "spot_preemption")
+        started = set()
+        for index, event in enumerate(history.observed(PIDS, "head")):
+            if index and event.time >= notice:
+                started |= set(event.detail["value"]) - set(
+                    history.observed(PIDS, "head")[index - 1].detail["value"])
+        run.facts["HAProxy processes started on the head after the notice"] = len(started)
+        idle_from = history.value(IDLE_FROM)
+        run.facts["idle streams sent from"] = (
+            f"{IDLE_AFTER_RELOAD_S:g} s after the head's first reload"
+            if idle_from and idle_from["first_reload"] else "the middle of the drain (no reload)")
+        failed = sum(not r.ok for r in history.requests)
+        run.checks.append((f"no request failed ({failed} did)", failed == 0))
+        return run
+
+    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+        """Stock must fail (else the scenario reproduced nothing); every
+        configuration of the patched image must pass."""
+        findings, ok = [], True
+        for run in runs.values():
+            expected = "stock" not in run.label
+            ok &= run.passed == expected
+            findings.append(f"{run.label}: {'PASSED' if run.passed else 'FAILED'} "
+                            f"(expected to {'pass' if expected else 'fail'}); failed / sent: "
+                            f"{run.facts['failed / sent, by kind']}")
+        return ok, findings
