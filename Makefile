@@ -22,7 +22,7 @@ harness_run = echo "$(subst ",\",$(1))"; $(1) $(call harness_rc,$(1))
 
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
-        images up down status bench-load bench-health bench-membership soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
+        images up down status bench-load bench-health bench-membership bench-keepalive soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -99,6 +99,9 @@ bench-health: $(PY) ## controller cost of health checks at several sizes, pull v
 
 bench-membership: $(PY) ## HAProxy reloads and change-to-routing latency per replica change, stock vs patched
 	@$(call harness_run,$(HARNESS) bench membership)
+
+bench-keepalive: $(PY) ## what closing after streamed responses costs keep-alive clients, off vs on
+	@$(call harness_run,$(HARNESS) bench keepalive)
 
 SOAK_RUNS ?= 3
 SOAK_MINUTES ?= 10

@@ -172,6 +172,10 @@ def cmd_bench(args) -> None:
                 **({"repeats": args.repeats} if args.repeats is not None else {})))
         else:
             bench_health.print_health(bench_health.bench_health(**options))
+    elif args.what == "keepalive":
+        from harness import bench_keepalive
+
+        bench_keepalive.print_keepalive(bench_keepalive.bench_keepalive())
     else:
         from harness import bench_membership
 
@@ -374,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
-    p.add_argument("what", choices=["load", "health", "membership"])
+    p.add_argument("what", choices=["load", "health", "membership", "keepalive"])
     p.add_argument("--rounds", type=int, default=20,
                    help="membership: replicas added and removed per configuration")
     p.add_argument("--sizes", type=_sizes, default=None,
