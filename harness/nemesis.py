@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import docker
 from harness import engine
@@ -56,6 +56,11 @@ class SpotNotice:
                 f"+ drain deadline {self.drain_deadline_s}s: the node would be killed before "
                 f"its drain deadline, which breaks Serve's plan (ordering H)."
             )
+
+    def ending_at_deadline(self) -> SpotNotice:
+        """The same notice, shortened so the node goes at its drain deadline:
+        everything a drain does happens, and nothing after it is waited for."""
+        return replace(self, notice_s=self.detection_s + self.drain_deadline_s)
 
 
 async def spot_preemption(cluster: Cluster, node: Node, history: History,

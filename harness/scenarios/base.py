@@ -19,7 +19,9 @@ again from a results directory with no cluster (`python -m harness analyze`).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,13 @@ class ScenarioOutcome:
     findings: list[str]
     report: dict[str, Path]
     wall_s: float
+
+
+def stock_and_patched() -> list[images.ImageSpec]:
+    """The pinned release, stock and patched: the images of a scenario whose
+    baseline is the same release without the patches."""
+    version = load_pin().ray.version
+    return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
 
 
 class Scenario:
@@ -115,6 +124,33 @@ class Scenario:
                 lines.append(f"- {key}: {value}")
             lines.append("")
         return {"Checks and measurements": "\n".join(lines)}
+
+
+HEAD_PIDS = "head haproxy pids"  # observation: the head's HAProxy processes, when they changed
+
+
+async def watch_head_haproxy(cluster: Cluster, history: History, stop: asyncio.Event,
+                             on_start=None, every_s: float = 0.25) -> None:
+    """Observe the head's HAProxy processes whenever they change, until `stop`;
+    `on_start(now)` when a new one has appeared (a reload)."""
+    seen: set[int] = set()
+    while not stop.is_set():
+        pids = set(await asyncio.to_thread(cluster.haproxy_pids, cluster.head))
+        now = time.time()
+        if pids != seen:
+            history.observe(HEAD_PIDS, sorted(pids), now, target="head")
+            if seen and pids - seen and on_start:
+                on_start(now)
+            seen = pids
+        await asyncio.sleep(every_s)
+
+
+def haproxy_starts(history: History) -> list[tuple[float, set[int]]]:
+    """When the head started HAProxy processes after the first observation,
+    and which, from `watch_head_haproxy`'s record."""
+    seen = [(e.time, set(e.detail["value"])) for e in history.observed(HEAD_PIDS, "head")]
+    return [(t, pids - before) for (_, before), (t, pids) in itertools.pairwise(seen)
+            if pids - before]
 
 
 def history_name(label: str) -> str:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness import appconfigs, images
+from harness import appconfigs
 from harness.cluster import Cluster, ClusterConfig
 from harness.history import History
 from harness.load import LoadSpec, open_loop
 from harness.nemesis import controller_lag, fail_health_check
-from harness.pin import load_pin
-from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines
+from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
 
 PERIOD_S = 2.0
 TIMEOUT_S = 2.0
@@ -80,10 +79,7 @@ def wait_replaced(cluster: Cluster, app: str, replicas: int, gone: set[str],
 class _HealthScenario(Scenario):
     replicas = 2
 
-    @staticmethod
-    def default_images() -> list[images.ImageSpec]:
-        version = load_pin().ray.version
-        return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+    default_images = staticmethod(stock_and_patched)
 
     def _env(self, label: str) -> dict[str, str]:
         return dict(PUSH_ENV) if label.endswith("patched") else {}

@@ -32,8 +32,7 @@ from harness import appconfigs, images
 from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.history import Event, History
 from harness.load import LoadSpec, Mix, open_loop
-from harness.pin import load_pin
-from harness.scenarios.base import ImageRun, Scenario
+from harness.scenarios.base import ImageRun, Scenario, stock_and_patched
 
 HARD_STOP_AFTER_S = 3
 LONG_S = 4.0
@@ -82,10 +81,7 @@ class MembershipChurn(Scenario):
         self.duration_s, self.interval_s = duration_s, interval_s
         self.rate, self.connections = rate, connections
 
-    @staticmethod
-    def default_images() -> list[images.ImageSpec]:
-        version = load_pin().ray.version
-        return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+    default_images = staticmethod(stock_and_patched)
 
     def labels(self, spec: images.ImageSpec) -> list[str]:
         if spec.flavor == "patched":

@@ -73,11 +73,7 @@ class SpotPreemption(Scenario):
         with Cluster(config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
-            node_ids = cluster.ray_node_ids()
-            by_node = cluster.replicas_by_node("echo", "Echo")
-            target = max(cluster.workers, key=lambda w: len(by_node.get(node_ids[w.name], [])))
-            target_id = node_ids[target.name]
-            replicas = [r["id"] for r in by_node.get(target_id, [])]
+            target, target_id, replicas = preemption_target(cluster)
             history.observe(TARGET, {"name": target.name, "node_id": target_id,
                                      "replicas": replicas}, time.time())
             outcome, first_503 = asyncio.run(self._experiment(cluster, target, history))
@@ -166,6 +162,16 @@ class SpotPreemption(Scenario):
         sections["Timeline after the notice"] = \
             "\n".join(lines)
         return sections
+
+
+def preemption_target(cluster: Cluster) -> tuple[Node, str, list[str]]:
+    """The worker that holds the most echo replicas, its Ray node id, and the
+    ids of those replicas: the node a preemption costs the most."""
+    node_ids = cluster.ray_node_ids()
+    by_node = cluster.replicas_by_node("echo", "Echo")
+    target = max(cluster.workers, key=lambda w: len(by_node.get(node_ids[w.name], [])))
+    target_id = node_ids[target.name]
+    return target, target_id, [r["id"] for r in by_node.get(target_id, [])]
 
 
 def _without_timeline(run: ImageRun) -> ImageRun:

@@ -26,12 +26,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness import appconfigs, images
+from harness import appconfigs
 from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.history import Event, History
 from harness.load import HTTPConnection, send
-from harness.pin import load_pin
-from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines
+from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
 
 MIN_DRAINING_S = 5.0
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
@@ -182,7 +181,4 @@ class DrainWindowAdmission(StaleWorkerDrain):
                  send_after_s: float = 2.5, late_sleep_s: float = 8.0) -> None:
         super().__init__(events, stale, pins, controls, send_after_s, late_sleep_s)
 
-    @staticmethod
-    def default_images() -> list[images.ImageSpec]:
-        version = load_pin().ray.version
-        return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+    default_images = staticmethod(stock_and_patched)

@@ -38,18 +38,21 @@ from harness.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
 from harness.history import History
 from harness.ladder import Ladder
 from harness.load import HTTPConnection, LoadSpec, Mix, open_loop, send
-from harness.nemesis import SpotNotice, spot_preemption
-from harness.pin import load_pin
-from harness.scenarios.base import ImageRun, Scenario
+from harness.nemesis import spot_preemption
+from harness.scenarios.base import (
+    ImageRun,
+    Scenario,
+    haproxy_starts,
+    stock_and_patched,
+    watch_head_haproxy,
+)
+from harness.scenarios.spot_preemption import preemption_target
 
 LEAD_S = 4.0  # traffic before the notice
 TAIL_S = 6.0  # traffic after the node is gone
 IDLE_AFTER_RELOAD_S = 4.0  # the first idle connection's stream, after the head's first reload
 IDLE_STAGGER_S = 0.4  # and the next ones, this much apart
-POLL_S = 0.25  # how often the head's HAProxy processes are listed
-# Observations: the head's HAProxy pids when they changed, and the moment the
-# idle connections' streams were due from.
-PIDS = "head haproxy pids"
+# Observation: the moment the idle connections' streams were due from.
 IDLE_FROM = "idle streams due from"
 LOOP, IDLE, PRIME, LB = "stream loop", "idle stream", "prime", "lb"
 
@@ -70,10 +73,7 @@ class StreamingDrain(Scenario):
         # Long, but inside the request timeout: 0.2 s per chunk.
         self.chunks = int(self.ladder.request_timeout_s / 0.2) - 5
 
-    @staticmethod
-    def default_images() -> list[images.ImageSpec]:
-        version = load_pin().ray.version
-        return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+    default_images = staticmethod(stock_and_patched)
 
     def labels(self, spec: images.ImageSpec) -> list[str]:
         if spec.flavor == "patched":
@@ -96,18 +96,14 @@ class StreamingDrain(Scenario):
         with Cluster(config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
-            node_ids = cluster.ray_node_ids()
-            by_node = cluster.replicas_by_node("echo", "Echo")
-            target = max(cluster.workers, key=lambda w: len(by_node.get(node_ids[w.name], [])))
+            target, _, _ = preemption_target(cluster)
             asyncio.run(self._experiment(cluster, target, history))
         return history
 
     async def _experiment(self, cluster: Cluster, target: Node, history: History) -> None:
         # The node goes at its drain deadline: the streams meet every reload
         # of the drain, and nothing happens in the rest of a longer notice.
-        ladder = self.ladder.notice
-        notice = SpotNotice(ladder.detection_s + ladder.drain_deadline_s, ladder.detection_s,
-                            ladder.drain_deadline_s)
+        notice = self.ladder.notice.ending_at_deadline()
         timeout_s = self.ladder.request_timeout_s + 10
         stream = f"/stream?chunks={self.chunks}"
         head = cluster.head.ip
@@ -116,7 +112,13 @@ class StreamingDrain(Scenario):
 
         stop = asyncio.Event()
         first_reload = asyncio.get_running_loop().create_future()
-        watcher = asyncio.create_task(self._watch_pids(cluster, history, stop, first_reload))
+        preempted = asyncio.Event()
+
+        def reloaded(now: float) -> None:
+            if preempted.is_set() and not first_reload.done():
+                first_reload.set_result(now)
+
+        watcher = asyncio.create_task(watch_head_haproxy(cluster, history, stop, reloaded))
         loops = [asyncio.create_task(self._loop(HTTPConnection(head, SERVE_PORT, 2000 + i),
                                                 history, stream, timeout_s, stop,
                                                 i * self.chunks * 0.2 / self.loops))
@@ -126,6 +128,7 @@ class StreamingDrain(Scenario):
                         mix=Mix(short=0.7, stream=0.3, stream_chunks=40))
         lb = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec, history))
         await asyncio.sleep(LEAD_S)
+        preempted.set()
         preemption = asyncio.create_task(spot_preemption(cluster, target, history, notice))
         idle_streams = asyncio.create_task(
             self._idle_streams(idle, history, stream, timeout_s, first_reload,
@@ -167,24 +170,6 @@ class StreamingDrain(Scenario):
 
         await asyncio.gather(*(one(i, c) for i, c in enumerate(idle)))
 
-    async def _watch_pids(self, cluster: Cluster, history: History, stop: asyncio.Event,
-                          first_reload: asyncio.Future) -> None:
-        """The head's HAProxy processes, observed whenever they change; the
-        first new process after the notice resolves `first_reload`."""
-        seen: set[int] = set()
-        notice_at = None
-        while not stop.is_set():
-            pids = set(await asyncio.to_thread(cluster.haproxy_pids, cluster.head))
-            now = time.time()
-            if notice_at is None and any(e.fault == "spot_preemption" for e in history.events):
-                notice_at = now
-            if pids != seen:
-                history.observe(PIDS, sorted(pids), now, target="head")
-                if seen and pids - seen and notice_at and not first_reload.done():
-                    first_reload.set_result(now)
-                seen = pids
-            await asyncio.sleep(POLL_S)
-
     def judge(self, label: str, history: History) -> ImageRun:
         run = ImageRun(label, history)
         by_kind: dict[str, list] = {}
@@ -194,11 +179,7 @@ class StreamingDrain(Scenario):
             kind: f"{sum(not r.ok for r in rows)} / {len(rows)}"
             for kind, rows in sorted(by_kind.items())}
         notice = next(e.time for e in history.events if e.fault == "spot_preemption")
-        started = set()
-        for index, event in enumerate(history.observed(PIDS, "head")):
-            if index and event.time >= notice:
-                started |= set(event.detail["value"]) - set(
-                    history.observed(PIDS, "head")[index - 1].detail["value"])
+        started = [pid for t, pids in haproxy_starts(history) if t >= notice for pid in pids]
         run.facts["HAProxy processes started on the head after the notice"] = len(started)
         idle_from = history.value(IDLE_FROM)
         run.facts["idle streams sent from"] = (
