@@ -26,6 +26,14 @@ def echo_app(num_replicas: int = 3, max_replicas_per_node: int | None = 1,
             "deployments": [deployment]}
 
 
+def ticker_app(num_replicas: int, route_prefix: str = "/ws", **deployment_options) -> dict:
+    """The WebSocket ticker (harness/apps/ticker.py) at `route_prefix`."""
+    return {"name": "ticker", "route_prefix": route_prefix,
+            "import_path": "harness.apps.ticker:app",
+            "deployments": [{"name": "Ticker", "num_replicas": num_replicas,
+                             **deployment_options}]}
+
+
 def workload_apps(short_floor: int = 2, long_floor: int = 2, max_replicas: int = 6,
                   **deployment_options) -> list[dict]:
     """The spot-notice workload as two apps: echo at / (short and streaming requests)

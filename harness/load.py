@@ -337,6 +337,70 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
             idle.get_nowait().close()
 
 
+async def websocket_session(history: History, host: str, port: int, path: str, ticks: int,
+                            number: int, timeout_s: float) -> Request:
+    """One WebSocket session: connect, read `ticks` messages from the ticker
+    (harness/apps/ticker.py), recorded as one row of kind "websocket" however
+    it ends. Success is every tick and then a 1000 close. Otherwise the row's
+    detail says who ended it and how: a close frame from the server with its
+    code and reason, or a connection lost with no close frame (1006), and how
+    many ticks arrived first."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    ticket = history.schedule()
+    start = time.time()
+    row = Request(kind="websocket", start=start, end=start, status=None, error=None,
+                  conn=number, id=ticket)
+    received = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with connect(f"ws://{host}:{port}{path}", open_timeout=timeout_s,
+                               ping_interval=None, close_timeout=2) as ws:
+                row.status = 101
+                try:
+                    async for message in ws:
+                        if not received:
+                            row.replica, row.node = _identity(
+                                message if isinstance(message, bytes) else message.encode())
+                        received += 1
+                    code, reason, by = ws.close_code, ws.close_reason, "server"
+                except ConnectionClosed as exc:
+                    frame = exc.rcvd
+                    code, reason = (frame.code, frame.reason) if frame else (1006, "")
+                    by = "server" if frame else "nobody (no close frame)"
+    except asyncio.CancelledError:
+        row.end, row.error = time.time(), UNFINISHED
+        row.detail = f"cancelled after {received} of {ticks} ticks"
+        history.record(ticket, row)
+        raise
+    except TimeoutError:
+        row.error = TRUNCATED if row.status else TIMEOUT
+        row.detail = f"no end within {timeout_s:g} s, after {received} of {ticks} ticks"
+    except InvalidStatus as exc:
+        row.status = exc.response.status_code
+        row.error = str(row.status)
+        row.detail = "the upgrade was refused"
+    except (ConnectionError, OSError) as exc:
+        if row.status:
+            row.error = TRUNCATED
+        elif isinstance(exc, ConnectionRefusedError):
+            row.error = REFUSED
+        else:
+            row.error = RESET
+        row.detail = _describe(exc)
+    except Exception as exc:  # noqa: BLE001 - a client bug still gets its row
+        row.error, row.detail = CLIENT, _describe(exc)
+    else:
+        complete = received == ticks and code == 1000
+        row.error = None if complete else TRUNCATED
+        row.detail = (f"closed by {by} with {code}{f' ({reason})' if reason else ''} "
+                      f"after {received} of {ticks} ticks")
+    row.end = time.time()
+    history.record(ticket, row)
+    return row
+
+
 async def closed_loop(host: str, port: int, count: int, connections: int, history: History,
                       path: str = "/", timeout_s: float = 30.0, kind: str = "short") -> int:
     """`count` requests over `connections` keep-alive connections, each sending

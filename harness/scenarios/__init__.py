@@ -11,9 +11,11 @@ from harness.scenarios.request_overrun import RequestOverrun
 from harness.scenarios.spot_preemption import SpotPreemption
 from harness.scenarios.stale_worker import DrainWindowAdmission, StaleWorkerDrain
 from harness.scenarios.streaming_drain import StreamingDrain
+from harness.scenarios.websocket_drain import WebSocketDrain
 
 SCENARIOS = {s.name: s for s in (StaleWorkerDrain, DrainWindowAdmission, SpotPreemption,
                                   HealthFailure, ControllerLag, StuckReceiver,
-                                  RequestOverrun, MembershipChurn, StreamingDrain)}
+                                  RequestOverrun, MembershipChurn, StreamingDrain,
+                                  WebSocketDrain)}
 
 __all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]

@@ -9,7 +9,15 @@ import time
 import pytest
 
 from harness.history import History
-from harness.load import HTTPConnection, LoadSpec, Mix, closed_loop, open_loop, send
+from harness.load import (
+    HTTPConnection,
+    LoadSpec,
+    Mix,
+    closed_loop,
+    open_loop,
+    send,
+    websocket_session,
+)
 
 OK_BODY = json.dumps({"replica": "r1", "node": "n1"}).encode()
 
@@ -481,3 +489,66 @@ def test_requests_not_yet_started_when_the_loop_ends_get_rows(monkeypatch):
     assert _classes(history) == {"unfinished"}
     assert all(not r.sent and "before it was due to start" in r.detail
                for r in history.requests)
+
+
+# --- WebSocket sessions: how each one ended
+
+
+def _ticker_session(handler, ticks: int = 3):
+    """One websocket_session against a local server running `handler`."""
+    from websockets.asyncio.server import serve
+
+    async def main():
+        async with serve(handler, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            history = History()
+            row = await websocket_session(history, "127.0.0.1", port, "/ws/ticks", ticks, 5, 5)
+        return row, history
+
+    return run(main())
+
+
+def _tick(index: int) -> str:
+    return json.dumps({"replica": "r1", "node": "n1", "tick": index})
+
+
+def test_a_whole_websocket_session_is_a_success():
+    async def handler(ws):
+        for index in range(3):
+            await ws.send(_tick(index))
+        await ws.close(1000)
+
+    row, history = _ticker_session(handler)
+    assert row.ok and row.status == 101 and row.kind == "websocket"
+    assert (row.replica, row.node, row.conn) == ("r1", "n1", 5)
+    assert row.detail == "closed by server with 1000 after 3 of 3 ticks"
+    assert history.record_gap() is None
+
+
+def test_a_server_close_before_the_end_names_its_code():
+    async def handler(ws):
+        await ws.send(_tick(0))
+        await ws.close(1012, "service restart")
+
+    row, _ = _ticker_session(handler)
+    assert row.error == "truncated"
+    assert row.detail == "closed by server with 1012 (service restart) after 1 of 3 ticks"
+
+
+def test_a_connection_lost_without_a_close_frame_is_1006():
+    async def handler(ws):
+        await ws.send(_tick(0))
+        ws.transport.abort()  # no close frame: a killed process or a hard stop
+
+    row, _ = _ticker_session(handler)
+    assert row.error == "truncated"
+    assert row.detail == "closed by nobody (no close frame) with 1006 after 1 of 3 ticks"
+
+
+def test_a_refused_websocket_connect_is_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    history = History()
+    row = run(websocket_session(history, "127.0.0.1", port, "/ws/ticks", 3, 0, 2))
+    assert row.error == "refused" and row.status is None
