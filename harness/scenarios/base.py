@@ -69,6 +69,27 @@ def stock_and_patched() -> list[images.ImageSpec]:
     return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
 
 
+# The patched image's configurations in the HAProxy scenarios, by the suffix
+# of a run's label: as configured, and with dynamic membership (the head's
+# HAProxy follows replica changes without a reload).
+PATCHED_CONFIGS = {"": {}, "dynamic membership": {
+    "RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1"}}
+
+
+def patched_config_labels(spec: images.ImageSpec, dynamic: bool = True) -> list[str]:
+    """The runs of `spec`: one per PATCHED_CONFIGS entry on the patched image
+    (without dynamic membership if `dynamic` is False), one on any other."""
+    if spec.flavor != "patched":
+        return [str(spec)]
+    return [f"{spec} {suffix}".strip() for suffix in PATCHED_CONFIGS if dynamic or not suffix]
+
+
+def patched_config_env(label: str) -> dict[str, str]:
+    """The extra node environment of the run labelled `label`."""
+    return next((env for suffix, env in PATCHED_CONFIGS.items()
+                 if suffix and label.endswith(suffix)), {})
+
+
 class Scenario:
     name = ""
     title = ""

@@ -43,6 +43,8 @@ from harness.scenarios.base import (
     Scenario,
     haproxy_starts,
     observe_log_lines,
+    patched_config_env,
+    patched_config_labels,
     stock_and_patched,
     watch_head_haproxy,
 )
@@ -50,9 +52,6 @@ from harness.scenarios.base import (
 SESSION_S = 60.0  # longer than either event
 NODES = "replica nodes"  # observation: the ticker's replicas by container, before each event
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
-# Configurations of the patched image, by the label's suffix: with dynamic
-# membership the head's HAProxy follows replica changes without a reload.
-CONFIGS = {"": {}, "dynamic membership": {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1"}}
 PHASES = ("drain", "preemption")
 
 
@@ -70,23 +69,23 @@ class WebSocketDrain(Scenario):
         # WebSocket app must run); True keeps the ladder's, to show that.
         self.request_timeout = request_timeout
 
+    def _http_options(self) -> dict:
+        return self.ladder.http_options() if self.request_timeout else {}
+
     def _config(self, replicas: int) -> dict:
         return appconfigs.deploy_config(
             appconfigs.ticker_app(replicas, max_ongoing_requests=100,
                                   ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
                                   **self.ladder.deployment_options()),
-            http_options=self.ladder.http_options() if self.request_timeout else None)
+            http_options=self._http_options())
 
     def labels(self, spec: images.ImageSpec) -> list[str]:
-        if spec.flavor == "patched":
-            return [f"{spec} {suffix}".strip() for suffix in CONFIGS]
-        return [str(spec)]
+        return patched_config_labels(spec)
 
     def run_once(self, image_tag: str, label: str) -> History:
-        extra = next((env for suffix, env in CONFIGS.items() if suffix and label.endswith(suffix)),
-                     {})
-        history = History({"ladder_scale": self.scale, "env": extra, "http_options": (
-            self.ladder.http_options() if self.request_timeout else {})})
+        extra = patched_config_env(label)
+        history = History({"ladder_scale": self.scale, "env": extra,
+                           "http_options": self._http_options()})
         config = ClusterConfig(image=image_tag, name="rayspot-websocket", workers=2,
                                env={**self.ladder.node_env(), **extra},
                                worker_resources={"w": 10})
