@@ -80,7 +80,7 @@ patch-test: apply-patches ## the patches' own unit tests, in Ray's tree, against
 	$(PY) -m pytest -q -p no:cacheprovider $(PATCH_TESTS)
 
 mutation-check: apply-patches ## remove each guarded piece of the push-health patches; a test must fail
-	@$(call harness_run,$(PY) -m harness.mutation --site-packages $(SITE))
+	@$(call harness_run,$(PY) -m harness.patches.mutation --site-packages $(SITE))
 
 integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, real HTTP
 	$(PY) -m pytest -m integration -s -v

@@ -26,11 +26,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import checker, images, report
-from harness.cluster import Cluster, Node
-from harness.history import History
-from harness.paths import RESULTS_DIR
-from harness.pin import load_pin
+from harness.cluster import images
+from harness.cluster.cluster import Cluster, Node
+from harness.core.paths import RESULTS_DIR
+from harness.core.pin import load_pin
+from harness.experiment import checker, report
+from harness.experiment.history import History
 
 HISTORY_GLOB = "history-*.jsonl*"  # gzipped ones too
 LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log

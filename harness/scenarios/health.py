@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness import appconfigs
-from harness.cluster import Cluster, ClusterConfig
-from harness.history import History
-from harness.load import LoadSpec, open_loop
-from harness.nemesis import controller_lag, fail_health_check
+from harness.cluster import appconfigs
+from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.experiment.history import History
+from harness.experiment.load import LoadSpec, open_loop
+from harness.experiment.nemesis import controller_lag, fail_health_check
 from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
 
 PERIOD_S = 2.0

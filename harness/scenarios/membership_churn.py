@@ -16,7 +16,7 @@ Keep-alive clients straight to the head node's HAProxy, 95% short requests
 and 5% of 4 s, longer than hard-stop-after (3 s here), all to the echo app;
 the replicas run on a worker. Every second one of five apps (echo and four
 more the head's HAProxy also serves) goes from 2 to 3 replicas or back, the
-settled app left alone longest first (harness/incluster.py churn). Reloads
+settled app left alone longest first (harness/cluster/incluster.py churn). Reloads
 are counted as HAProxy processes that appear on the head during the churn
 (sampled every 0.5 s): with -sf each reload is a new process, in
 master-worker mode a new worker.
@@ -28,10 +28,10 @@ import asyncio
 import json
 import time
 
-from harness import appconfigs, images
-from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.history import Event, History
-from harness.load import LoadSpec, Mix, open_loop
+from harness.cluster import appconfigs, images
+from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.history import Event, History
+from harness.experiment.load import LoadSpec, Mix, open_loop
 from harness.scenarios.base import ImageRun, Scenario, stock_and_patched
 
 HARD_STOP_AFTER_S = 3

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 
-from harness import appconfigs, images
-from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.history import History
-from harness.load import HTTPConnection, send
-from harness.pin import load_pin
+from harness.cluster import appconfigs, images
+from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.core.pin import load_pin
+from harness.experiment.history import History
+from harness.experiment.load import HTTPConnection, send
 from harness.scenarios.base import ImageRun, Scenario
 
 OVERRUN_S, CONTROL_S = 4.0, 1.0

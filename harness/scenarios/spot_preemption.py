@@ -18,12 +18,12 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from harness import appconfigs
-from harness.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
-from harness.history import History
-from harness.ladder import Ladder
-from harness.load import HTTPConnection, LoadSpec, Mix, open_loop
-from harness.nemesis import spot_preemption
+from harness.cluster import appconfigs
+from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.experiment.history import History
+from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop
+from harness.experiment.nemesis import spot_preemption
+from harness.ladder.model import Ladder
 from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines
 
 PREEMPTED = "AUTOSCALER_DRAIN_PREEMPTED"

@@ -26,10 +26,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness import appconfigs
-from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.history import Event, History
-from harness.load import HTTPConnection, send
+from harness.cluster import appconfigs
+from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.history import Event, History
+from harness.experiment.load import HTTPConnection, send
 from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
 
 MIN_DRAINING_S = 5.0

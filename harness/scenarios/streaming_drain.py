@@ -34,12 +34,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness import appconfigs, images
-from harness.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
-from harness.history import History
-from harness.ladder import Ladder
-from harness.load import HTTPConnection, LoadSpec, Mix, open_loop, send
-from harness.nemesis import spot_preemption
+from harness.cluster import appconfigs, images
+from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.experiment.history import History
+from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop, send
+from harness.experiment.nemesis import spot_preemption
+from harness.ladder.model import Ladder
 from harness.scenarios.base import (
     ImageRun,
     Scenario,

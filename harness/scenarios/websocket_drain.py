@@ -30,13 +30,13 @@ import asyncio
 import math
 import time
 
-from harness import appconfigs, images
-from harness.apps.ticker import TICK_INTERVAL_S
-from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.history import Event, History
-from harness.ladder import Ladder
-from harness.load import websocket_session
-from harness.nemesis import spot_preemption
+from harness.cluster import appconfigs, images
+from harness.cluster.apps.ticker import TICK_INTERVAL_S
+from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.history import Event, History
+from harness.experiment.load import websocket_session
+from harness.experiment.nemesis import spot_preemption
+from harness.ladder.model import Ladder
 from harness.scenarios.base import (
     LOG_LINE,
     ImageRun,

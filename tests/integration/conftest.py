@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness import engine, images
-from harness.pin import load_pin
+from harness.cluster import engine, images
+from harness.core.pin import load_pin
 
 
 @pytest.fixture(scope="session")

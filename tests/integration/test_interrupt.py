@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from harness import engine
-from harness.paths import ROOT
+from harness.cluster import engine
+from harness.core.paths import ROOT
 
 pytestmark = pytest.mark.integration
 

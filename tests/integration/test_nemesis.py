@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from harness import appconfigs, engine, nemesis
-from harness.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.history import History
-from harness.load import HTTPConnection
+from harness.cluster import appconfigs, engine
+from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment import nemesis
+from harness.experiment.history import History
+from harness.experiment.load import HTTPConnection
 
 pytestmark = pytest.mark.integration
 
@@ -146,7 +147,7 @@ def test_a_replacement_worker_joins_without_a_failed_request(cluster):
     yet, so the front LB must not send it a request before its health check
     passes: HAProxy 2.8 counts a server it has just enabled as UP ("UP 1/2"),
     which cost 3 requests here before add_worker registered it drained and down."""
-    from harness.load import LoadSpec, open_loop
+    from harness.experiment.load import LoadSpec, open_loop
 
     history = History()
 

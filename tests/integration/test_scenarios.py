@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from harness.analyze import analyze
-from harness.images import ImageSpec
-from harness.pin import load_pin
+from harness.cluster.images import ImageSpec
+from harness.core.pin import load_pin
 from harness.scenarios import SCENARIOS, run_scenario
+from harness.scenarios.analyze import analyze
 
 pytestmark = pytest.mark.integration
 

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from harness import appconfigs, engine
-from harness.cluster import Cluster, ClusterConfig
-from harness.errors import HarnessError
-from harness.history import History
-from harness.load import closed_loop
-from harness.paths import BUILD_DIR
+from harness.cluster import appconfigs, engine
+from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.core.errors import HarnessError
+from harness.core.paths import BUILD_DIR
+from harness.experiment.history import History
+from harness.experiment.load import closed_loop
 
 pytestmark = pytest.mark.integration
 

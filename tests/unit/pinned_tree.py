@@ -1,7 +1,7 @@
 """What the patch-tooling tests share: the pinned commit, a release record
 for it (its wheel and sha256 are never read), and serve files they patch."""
 
-from harness.pin import RayRelease
+from harness.core.pin import RayRelease
 
 COMMIT = "b7f4259e944bf6959f721b106adc366ddfa0c356"
 RELEASE = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=COMMIT)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import report
-from harness.__main__ import main
-from harness.analyze import ANALYSIS_DIR, analyze
-from harness.errors import HarnessError
-from harness.history import History, Request
+from harness.cli import main
+from harness.core.errors import HarnessError
+from harness.experiment import report
+from harness.experiment.history import History, Request
+from harness.scenarios.analyze import ANALYSIS_DIR, analyze
 from harness.scenarios.base import history_name, judge_runs
 from harness.scenarios.request_overrun import LADDERS, RequestOverrun
 

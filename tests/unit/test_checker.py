@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.checker import check, format_percent, percentile, side_by_side, table
-from harness.history import Event, History, Request
+from harness.experiment.checker import check, format_percent, percentile, side_by_side, table
+from harness.experiment.history import Event, History, Request
 
 T = 1_700_000_000.0  # wall-clock origin; times below are offsets from it
 

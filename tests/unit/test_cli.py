@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_self_contained import pointers
 
-import harness.__main__ as cli
-from harness.errors import HarnessError, VerdictFailed, VerdictUnknown
+import harness.cli as cli
+from harness.core.errors import HarnessError, VerdictFailed, VerdictUnknown
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "ladder"
@@ -130,7 +130,7 @@ def test_run_an_outcome_other_than_claimed_is_1(monkeypatch, tmp_path: Path, cap
 
 
 def test_soak_over_the_threshold_is_1(monkeypatch, capsys) -> None:
-    import harness.soak as soak
+    import harness.bench.soak as soak
 
     runs = [types.SimpleNamespace(label="spot-notice ladder #1", passed=False)]
     monkeypatch.setattr(soak, "soak", lambda *args, **kwargs: {soak.LADDER_CONFIG: runs})
@@ -145,8 +145,8 @@ def test_soak_over_the_threshold_is_1(monkeypatch, capsys) -> None:
 @pytest.fixture
 def no_downloads(monkeypatch, tmp_path: Path) -> list[str]:
     """Wheelhouses and test venvs as stubs; the list records the releases asked for."""
-    import harness.upstream as upstream
-    import harness.wheels as wheels
+    import harness.core.wheels as wheels
+    import harness.upstream.upstream as upstream
 
     asked: list[str] = []
 
@@ -168,8 +168,8 @@ def test_rebase_check_an_unknown_release_is_2_before_any_download(no_downloads, 
 
 def test_rebase_check_a_patch_that_does_not_apply_is_1(monkeypatch, no_downloads,
                                                       capsys) -> None:
-    import harness.upstream as upstream
-    from harness.pin import load_pin
+    import harness.upstream.upstream as upstream
+    from harness.core.pin import load_pin
 
     result = types.SimpleNamespace(ok=False, format=lambda: "0001  fails")
     monkeypatch.setattr(upstream, "rebase_check", lambda *args: result)
@@ -179,7 +179,7 @@ def test_rebase_check_a_patch_that_does_not_apply_is_1(monkeypatch, no_downloads
 
 def test_branches_whose_tests_fail_are_1(monkeypatch, no_downloads, tmp_path: Path,
                                         capsys) -> None:
-    import harness.upstream as upstream
+    import harness.upstream.upstream as upstream
 
     row = types.SimpleNamespace(name="serve/drain-replicas-two-phases")
     result = types.SimpleNamespace(failed=[row], format=lambda: "branches")

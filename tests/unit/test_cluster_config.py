@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.cluster import Node, check_port_free, lb_config
-from harness.errors import HarnessError
+from harness.cluster.cluster import Node, check_port_free, lb_config
+from harness.core.errors import HarnessError
 
 
 def _node(name: str, ip: str) -> Node:

@@ -1,4 +1,4 @@
-"""harness.engine's refusals before any Docker call: a Python without docker-py
+"""harness.cluster.engine's refusals before any Docker call: a Python without docker-py
 is named as such (not reported as a missing daemon), and an unreachable daemon
 names the DOCKER_HOST it was looked for at. The docker module is replaced; no
 daemon is touched."""
@@ -10,8 +10,8 @@ import types
 
 import pytest
 
-from harness import engine
-from harness.errors import HarnessError
+from harness.cluster import engine
+from harness.core.errors import HarnessError
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +76,7 @@ def test_an_unreachable_local_daemon_says_docker_host_is_not_set(monkeypatch) ->
 def test_a_verb_that_needs_docker_exits_2_with_the_venv_named(monkeypatch, capsys) -> None:
     import signal
 
-    import harness.__main__ as cli
+    import harness.cli as cli
 
     monkeypatch.setitem(sys.modules, "docker", _namespace_docker())
     before = signal.getsignal(signal.SIGTERM)

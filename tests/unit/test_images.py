@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import images
-from harness.errors import HarnessError
-from harness.images import ImageSpec, host_debian_mirror, node_tag
-from harness.pin import load_pin
+from harness.cluster import images
+from harness.cluster.images import ImageSpec, host_debian_mirror, node_tag
+from harness.core.errors import HarnessError
+from harness.core.pin import load_pin
 
 
 def test_mirror_from_deb822_sources_skips_security(tmp_path: Path):

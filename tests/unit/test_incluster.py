@@ -1,4 +1,4 @@
-"""The churn driver's readiness rule (harness/incluster.py): pure logic, no Ray.
+"""The churn driver's readiness rule (harness/cluster/incluster.py): pure logic, no Ray.
 
 An app may be flipped again only once every replica it asked for is RUNNING;
 flipping it while the new replica is still STARTING stops that replica first,
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.incluster import _replicas_ready
+from harness.cluster.incluster import _replicas_ready
 
 
 def _app(**replica_states: int) -> SimpleNamespace:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.ladder import Deployment, Ladder, check_file, parse_duration
+from harness.core.errors import HarnessError
+from harness.ladder.model import Deployment, Ladder, check_file, parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "ladder"

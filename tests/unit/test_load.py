@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from harness.history import History
-from harness.load import (
+from harness.experiment.history import History
+from harness.experiment.load import (
     HTTPConnection,
     LoadSpec,
     Mix,

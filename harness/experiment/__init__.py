@@ -1,0 +1,1 @@
+"""An experiment's parts: history, load generator, nemesis, checker and report."""

@@ -1,0 +1,182 @@
+"""Faults, injected into a running cluster on a schedule. Each fault writes its
+own timed events into the history (`start`, `end`, and `mark`s for the steps in
+between), so the checker can attribute failures to it.
+
+All are coroutines: they run beside the load generator on one event loop, and
+the blocking Docker calls go to a thread so that they never stall the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, replace
+
+import docker
+from harness.cluster import engine
+from harness.cluster.cluster import HEAD_PORT, Cluster, Node
+from harness.core.errors import HarnessError
+from harness.experiment.history import Event, History
+
+
+def _event(history: History, fault: str, phase: str, target: str | None = None,
+           label: str | None = None, **detail) -> float:
+    now = time.time()
+    if label:
+        detail["label"] = label
+    history.add_event(Event(now, fault, phase, target, detail))
+    return now
+
+
+async def _sleep_until(when: float) -> None:
+    delay = when - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+# ------------------------------------------------------------------ spot preemption
+
+# `docker exec` of a Python that imports Ray takes ~0.8 s here; the drain
+# command starts this much early and waits for its due time inside.
+EXEC_LEAD_S = 2.0
+
+
+@dataclass(frozen=True)
+class SpotNotice:
+    """AWS's two-minute warning as the node agent sees it (seconds)."""
+
+    notice_s: float = 120.0  # notice to termination
+    detection_s: float = 10.0  # notice to the agent's drain call (IMDS poll + loop)
+    drain_deadline_s: float = 60.0  # the drain action: deadline, from the drain call
+
+    def __post_init__(self) -> None:
+        if self.detection_s + self.drain_deadline_s > self.notice_s:
+            raise HarnessError(
+                f"spot notice {self.notice_s}s is shorter than detection {self.detection_s}s "
+                f"+ drain deadline {self.drain_deadline_s}s: the node would be killed before "
+                f"its drain deadline, which breaks Serve's plan (ordering H)."
+            )
+
+    def ending_at_deadline(self) -> SpotNotice:
+        """The same notice, shortened so the node goes at its drain deadline:
+        everything a drain does happens, and nothing after it is waited for."""
+        return replace(self, notice_s=self.detection_s + self.drain_deadline_s)
+
+
+async def spot_preemption(cluster: Cluster, node: Node, history: History,
+                          notice: SpotNotice) -> dict:
+    """Notice, detection delay, a GCS drain with reason PREEMPTION and a deadline,
+    then the container killed when the notice ends (never before the deadline)."""
+    node_id = await asyncio.to_thread(cluster.ray_node_id, node)
+    t0 = _event(history, "spot_preemption", "start", node.name, label="notice",
+                notice_s=notice.notice_s, detection_s=notice.detection_s,
+                drain_deadline_s=notice.drain_deadline_s, node_id=node_id)
+    due = t0 + notice.detection_s
+    await _sleep_until(due - EXEC_LEAD_S)
+    drain = await asyncio.to_thread(cluster.exec_head, [
+        "drain", f"{cluster.head.ip}:{HEAD_PORT}", node_id, "--reason", "PREEMPTION",
+        "--deadline-s", str(notice.drain_deadline_s), "--at", f"{due:.3f}"])
+    _event(history, "spot_preemption", "mark", node.name, label="drain sent", **drain)
+    if not drain["accepted"]:
+        _event(history, "spot_preemption", "end", node.name, label="drain rejected")
+        raise HarnessError(f"the GCS rejected the PREEMPTION drain of {node.name}: "
+                           f"{drain['rejection']}")
+    kill_at = max(t0 + notice.notice_s, drain["deadline"])
+    await _sleep_until(kill_at)
+    exited_before = await asyncio.to_thread(_kill, node)
+    killed = _event(history, "spot_preemption", "mark", node.name, label="terminated",
+                    already_exited=exited_before)
+    _event(history, "spot_preemption", "end", node.name)
+    return {"t0": t0, "drain": drain, "killed": killed, "exited_before_kill": exited_before}
+
+
+def _kill(node: Node) -> bool:
+    """SIGKILL the node's container. True if it had already exited by itself
+    (a drained, idle raylet shuts down on its own and `ray start --block` ends)."""
+    node.container.reload()
+    if node.container.status != "running":
+        return True
+    try:
+        node.container.kill()
+    except docker.errors.APIError:
+        node.container.reload()
+        return node.container.status != "running"
+    return False
+
+
+# ------------------------------------------------------------------ other faults
+
+
+async def reload_churn(cluster: Cluster, history: History, configs: list[dict],
+                       interval_s: float) -> None:
+    """Redeploy a sequence of configs (replica counts up and down), each change
+    making every node's HAProxy reload."""
+    start = _event(history, "reload_churn", "start", label=f"{len(configs)} changes")
+    for number, config in enumerate(configs):
+        await _sleep_until(start + number * interval_s)
+        await asyncio.to_thread(cluster.deploy, config)
+        _event(history, "reload_churn", "mark", label=f"deploy {number + 1}")
+    _event(history, "reload_churn", "end")
+
+
+async def kill_node(node: Node, history: History) -> None:
+    """kill -9 of the whole node, unannounced."""
+    _event(history, "kill", "start", node.name)
+    await asyncio.to_thread(_kill, node)
+    _event(history, "kill", "end", node.name)
+
+
+async def pause_node(node: Node, history: History, duration_s: float) -> None:
+    """Freeze every process of the node (SIGSTOP-like cgroup freeze), then thaw."""
+    _event(history, "pause", "start", node.name)
+    await asyncio.to_thread(node.container.pause)
+    try:
+        await asyncio.sleep(duration_s)
+    finally:
+        await asyncio.to_thread(node.container.unpause)
+        _event(history, "pause", "end", node.name)
+
+
+async def partition_node(cluster: Cluster, node: Node, history: History,
+                         duration_s: float) -> None:
+    """Cut the node off the cluster network, then reconnect it with its old IP."""
+    network = cluster.network
+    _event(history, "partition", "start", node.name)
+    await asyncio.to_thread(network.disconnect, node.container, force=True)
+    try:
+        await asyncio.sleep(duration_s)
+    finally:
+        await asyncio.to_thread(network.connect, node.container, ipv4_address=node.ip)
+        _event(history, "partition", "end", node.name)
+
+
+async def fail_health_check(history: History, host: str, port: int, prefix: str = "") -> str:
+    """Flip the echo app's switch on whichever replica gets this request (of the
+    app at route `prefix`): from then on its `check_health` raises. Returns that
+    replica's id."""
+    from harness.experiment.load import HTTPConnection
+
+    conn = HTTPConnection(host, port, -1)
+    row = await conn.get(f"{prefix}/admin/fail-health", "admin", 10.0)
+    conn.close()
+    if row.error:
+        raise HarnessError(f"could not reach the app to fail a health check: {row.error}")
+    _event(history, "health_failure", "start", row.replica, label="check_health fails")
+    return row.replica
+
+
+async def controller_lag(cluster: Cluster, history: History, cycles: int, stop_s: float,
+                         run_s: float) -> None:
+    """SIGSTOP/SIGCONT cycles on the Serve controller's process: it stops
+    probing, broadcasting and reconciling while stopped."""
+    pid = await asyncio.to_thread(cluster.controller_pid)
+    for _ in range(cycles):
+        _event(history, "controller_lag", "start", f"pid {pid}")
+        await asyncio.to_thread(engine.exec_in, cluster.head.container, ["kill", "-STOP", str(pid)])
+        try:
+            await asyncio.sleep(stop_s)
+        finally:
+            await asyncio.to_thread(engine.exec_in, cluster.head.container,
+                                    ["kill", "-CONT", str(pid)])
+            _event(history, "controller_lag", "end", f"pid {pid}")
+        await asyncio.sleep(run_s)

@@ -1,0 +1,285 @@
+"""The report of a run: report.md for people, report.json for machines, and
+timeline.png to see at a glance when requests failed relative to the faults.
+
+This is the one place that writes reports. It formats verdicts the checker already
+computed; it does not judge anything itself. Raw histories are saved by the caller
+(History.save); report.json holds each run's meta and verdict and, for a scenario,
+its judgement (checks, facts and findings), so that other tools read results
+from it rather than from the markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from harness.experiment.checker import (
+    FaultWindow,
+    Verdict,
+    format_percent,
+    side_by_side,
+    table,
+)
+from harness.experiment.history import History
+
+MD_NAME = "report.md"
+JSON_NAME = "report.json"
+PNG_NAME = "timeline.png"
+
+# One colour per fault kind, cycled, so the same fault looks the same in every subplot.
+_FAULT_COLOURS = ("tab:orange", "tab:purple", "tab:brown", "tab:olive", "tab:cyan", "tab:pink")
+
+
+def write_report(
+    out_dir: Path,
+    title: str,
+    runs: dict[str, tuple[History, Verdict]],
+    sections: dict[str, str] | None = None,
+    judgement: dict | None = None,
+) -> dict[str, Path]:
+    """Write report.md, report.json and timeline.png into out_dir.
+
+    `runs` maps a column name (e.g. "stock 2.59.0") to its history and verdict;
+    `sections` maps a heading to a markdown block the scenario supplies;
+    `judgement` (JSON data: a scenario's checks, facts and findings) goes into
+    report.json as it is. Returns the written paths under the keys "md", "json"
+    and "png".
+    """
+    if not runs:
+        raise ValueError("write_report needs at least one run; nothing was written")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "md": out_dir / MD_NAME,
+        "json": out_dir / JSON_NAME,
+        "png": out_dir / PNG_NAME,
+    }
+    paths["md"].write_text(_markdown(title, runs, sections or {}))
+    paths["json"].write_text(_json(title, runs, sections or {}, judgement))
+    _timeline(paths["png"], runs)
+    return paths
+
+
+def _markdown(
+    title: str, runs: dict[str, tuple[History, Verdict]], sections: dict[str, str]
+) -> str:
+    verdicts = {name: verdict for name, (_, verdict) in runs.items()}
+    thresholds = sorted({format_percent(v.threshold) for v in verdicts.values()})
+    parts = [f"# {title}"]
+    gaps = [f"- {name}: {v.record_gap}" for name, v in verdicts.items() if v.record_gap]
+    if gaps:
+        parts.append("**The record is incomplete: requests were scheduled that have no row, "
+                     "or more than one, so these runs FAILED whatever their rows say.**\n\n"
+                     + "\n".join(gaps))
+    parts += [
+        "## Side by side",
+        side_by_side(verdicts),
+        "## Runs",
+        table(list(verdicts.values())),
+        f"A run passes when at most {' / '.join(thresholds)} of its requests fail.",
+        "## Failures by fault window",
+    ]
+    for name, verdict in verdicts.items():
+        parts.extend(_run_detail(name, verdict))
+    for heading, body in sections.items():
+        parts.extend([f"## {heading}", body.strip()])
+    parts.extend(
+        [
+            "## Timeline",
+            "Successful and failed requests per second (by completion time), fault"
+            " windows shaded, marks as dashed lines.",
+            f"![timeline]({PNG_NAME})",
+        ]
+    )
+    return "\n\n".join(parts) + "\n"
+
+
+def _classes(by_class: dict[str, int]) -> str:
+    return ", ".join(f"{cls} {n:,}" for cls, n in by_class.items()) or "-"
+
+
+def _window_end(w: FaultWindow) -> str:
+    return f"{w.end:.1f}s (unmatched)" if w.unmatched else f"{w.end:.1f}s"
+
+
+def _run_detail(name: str, v: Verdict) -> list[str]:
+    heading = name if name == v.label else f"{name} ({v.label})"
+    out = [f"### {heading}"]
+    if v.windows:
+        out.append(
+            f"Times are seconds from the run's first request. A failure counts against"
+            f" every window it overlaps, up to {v.grace_s:.1f}s after the window ends."
+        )
+        rows = [
+            "| Fault | Target | Start | End | Requests | Failures | By class |",
+            "|---|---|---:|---:|---:|---:|---|",
+        ]
+        for w in v.windows:
+            rows.append(
+                f"| {w.fault} | {w.target or '-'} | {w.start:.1f}s | {_window_end(w)}"
+                f" | {w.requests:,} | {w.failures:,} | {_classes(w.failures_by_class)} |"
+            )
+        out.append("\n".join(rows))
+    else:
+        out.append("No fault windows in this run.")
+    outside = f"Outside any fault: {v.failures_outside:,} failures"
+    if v.outside_by_class:
+        outside += f" ({_classes(v.outside_by_class)})"
+    out.append(outside + ".")
+    if v.marks:
+        out.append("Marks:\n\n" + "\n".join(f"- {m.time:.1f}s {m.label}" for m in v.marks))
+    if v.kinds:
+        out.append(_latency_table(v))
+        out.append(_outcome_table(v))
+    return out
+
+
+def _latency_table(v: Verdict) -> str:
+    rows = [
+        "Latency of successful requests, from the send and from the time the open loop"
+        " scheduled it (which counts the wait for a connection).",
+        "",
+        "| Kind | Requests | Failures | From | p50 | p90 | p99 | p99.9 | max |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind, k in v.kinds.items():
+        for origin, lat in (("send", k.latency), ("schedule", k.latency_from_scheduled)):
+            cells = (
+                [f"{x:.3f}s" for x in (lat.p50, lat.p90, lat.p99, lat.p999, lat.max)]
+                if lat
+                else ["-"] * 5
+            )
+            counts = [f"{k.requests:,}", f"{k.failures:,}"] if origin == "send" else ["", ""]
+            rows.append(f"| {kind if origin == 'send' else ''} | " + " | ".join(counts)
+                        + f" | {origin} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _outcome_table(v: Verdict) -> str:
+    kinds = list(v.kinds)
+    rows = [
+        "Status codes and error classes:",
+        "",
+        "| Outcome | " + " | ".join(kinds) + " | all |",
+        "|---|" + "---:|" * (len(kinds) + 1),
+    ]
+    for outcome, total in v.outcomes.items():
+        cells = [f"{v.kinds[k].outcomes.get(outcome, 0):,}" for k in kinds]
+        rows.append(f"| {outcome} | " + " | ".join(cells) + f" | {total:,} |")
+    return "\n".join(rows)
+
+
+def _json(
+    title: str,
+    runs: dict[str, tuple[History, Verdict]],
+    sections: dict[str, str],
+    judgement: dict | None,
+) -> str:
+    doc = {
+        "title": title,
+        "runs": {
+            name: {"meta": history.meta, "verdict": verdict.to_dict()}
+            for name, (history, verdict) in runs.items()
+        },
+        # The scenario's own markdown blocks, as report.md shows them.
+        "sections": sections,
+    }
+    if judgement is not None:
+        doc["judgement"] = judgement
+    # default=str: meta is free-form and may carry a Path or a datetime.
+    return json.dumps(doc, indent=2, default=str) + "\n"
+
+
+def _per_second(history: History, t0: float) -> tuple[list[int], list[int]]:
+    """Successes and failures per 1 s bin, by completion time: a failure shows
+    when the client saw it, which is when a fault's effect became visible."""
+    if not history.requests:
+        return [], []
+    n_bins = max(1, math.floor(max(r.end for r in history.requests) - t0) + 1)
+    ok = [0] * n_bins
+    bad = [0] * n_bins
+    for r in history.requests:
+        i = min(n_bins - 1, max(0, math.floor(r.end - t0)))
+        if r.ok:
+            ok[i] += 1
+        else:
+            bad[i] += 1
+    return ok, bad
+
+
+def _timeline(path: Path, runs: dict[str, tuple[History, Verdict]]) -> None:
+    # Lazy: only report writing needs matplotlib, and the Agg canvas is bound to
+    # this figure alone so no global pyplot backend state is touched.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(12, 3.2 * len(runs)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0]
+    fault_colour: dict[str, str] = {}
+
+    for ax, (name, (history, verdict)) in zip(axes, runs.items(), strict=True):
+        ok, bad = _per_second(history, verdict.t0)
+        # One extra edge so the last 1 s bin is drawn as wide as the others.
+        xs = list(range(len(ok) + 1))
+        ok_line = ax.step(
+            xs, [*ok, *ok[-1:]], where="post", color="tab:blue", lw=1, label="ok / s"
+        )
+        ax.set_ylabel("ok / s", color="tab:blue")
+        # Headroom keeps the window labels along the top clear of the traffic line.
+        ax.set_ylim(0, max([1, *ok]) * 1.2)
+        # Failures are often a handful against thousands of successes: a second
+        # axis keeps a single failed request visible.
+        ax_bad = ax.twinx()
+        bad_line = ax_bad.step(
+            xs, [*bad, *bad[-1:]], where="post", color="tab:red", lw=1.2, label="failed / s"
+        )
+        ax_bad.set_ylabel("failed / s", color="tab:red")
+        ax_bad.set_ylim(0, max([1, *bad]) * 1.2)
+
+        handles = [*ok_line, *bad_line]
+        seen: set[str] = set()
+        for w in verdict.windows:
+            colour = fault_colour.setdefault(
+                w.fault, _FAULT_COLOURS[len(fault_colour) % len(_FAULT_COLOURS)]
+            )
+            ax.axvspan(w.start, w.end, color=colour, alpha=0.25, lw=0)
+            ax.axvspan(w.end, w.end + verdict.grace_s, color=colour, alpha=0.08, lw=0)
+            ax.text(
+                w.start,
+                0.99,
+                f" {w.fault} {w.target or ''}",
+                transform=ax.get_xaxis_transform(),
+                va="top",
+                fontsize=7,
+                color=colour,
+            )
+            if w.fault not in seen:
+                seen.add(w.fault)
+                handles.append(Patch(color=colour, alpha=0.35, label=w.fault))
+        for m in verdict.marks:
+            ax.axvline(m.time, color="black", ls="--", lw=0.8)
+            ax.text(
+                m.time,
+                0.93,
+                m.label,
+                transform=ax.get_xaxis_transform(),
+                rotation=90,
+                va="top",
+                ha="right",
+                fontsize=7,
+            )
+
+        heading = name if name == verdict.label else f"{name} ({verdict.label})"
+        ax.set_title(
+            f"{heading}: {verdict.failures:,} failed of {verdict.requests:,} — {verdict.result}",
+            fontsize=10,
+        )
+        if not history.requests:
+            ax.text(0.5, 0.5, "no requests", transform=ax.transAxes, ha="center")
+        ax.legend(handles=handles, loc="lower left", fontsize=7, ncol=len(handles))
+        ax.grid(alpha=0.3)
+
+    axes[-1].set_xlabel("seconds from the run's first request")
+    fig.savefig(path, dpi=100)

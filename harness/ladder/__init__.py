@@ -1,0 +1,1 @@
+"""The timeout ladder: its model, its orderings, its YAML description, Ray's defaults."""

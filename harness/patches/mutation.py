@@ -1,0 +1,442 @@
+"""Mutation check for the push-health patches: proves their unit tests notice when
+a piece of the mechanism is removed.
+
+Given a site-packages with the series applied, each mutation in `MUTATIONS`
+replaces one exact snippet of the patched Ray source with a neutralised version,
+in place, runs the patch tests with that site-packages' interpreter, and puts the
+file back byte for byte (and its mtime) in a `finally`, also after Ctrl-C. A
+mutation is caught when some test fails; one that leaves every test green has
+survived, and `main` exits non-zero. A snippet that is missing or ambiguous means
+the patch changed under the mutation: that is an error naming it, never a pass.
+
+Before a file is mutated its original is copied beside it (`*.mutation-orig`), so
+a run that was killed outright is undone by the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+from harness.patches.patchset import signals_deferred
+
+_DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
+_REPLICA = "ray/serve/_private/replica.py"
+_UTILS = "ray/serve/_private/utils.py"
+_RELAY = "ray/serve/_private/replica_health_relay.py"
+# Where the patches install their tests (the wheel ships no tests of its own),
+# and the push-health patches' own files among them: every mutation is in their
+# code, and the other patches' tests (real HAProxy processes among them) only
+# add minutes to every one of the runs.
+_PATCH_TESTS = "ray/serve/tests/unit"
+_PUSH_HEALTH_TESTS = "test_push_health_*.py"
+_BACKUP_SUFFIX = ".mutation-orig"
+_PYTEST_FLAGS = ["-x", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings"]
+# pytest's exit codes for "ran, all passed" and "ran, some test failed"; anything
+# else (collection error, usage error, no tests) proves nothing either way.
+_PASSED, _TESTS_FAILED = 0, 1
+# A mutated run taking longer than this multiple of the unmutated one, plus the
+# margin, is taken to hang.
+_HANG_FACTOR, _HANG_MARGIN_S = 5, 30.0
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to site-packages
+    original: str
+    neutralised: str
+
+
+@dataclass(frozen=True)
+class MutationResult:
+    name: str
+    path: str
+    caught: bool
+    failed_tests: tuple[str, ...]
+    duration_s: float
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        "lag gate",
+        _DEPLOYMENT_STATE,
+        "            and self._last_probe_timed_out\n"
+        "            and self._ingest_lagging\n",
+        "            and self._last_probe_timed_out\n"
+        "            and False\n",
+    ),
+    Mutation(
+        "timeout flag",
+        _DEPLOYMENT_STATE,
+        "            and self._last_probe_timed_out\n"
+        "            and self._ingest_lagging\n",
+        "            and self._ingest_lagging\n",
+    ),
+    Mutation(
+        "lagging ratio",
+        _DEPLOYMENT_STATE,
+        "self._arrived_checks < PUSH_HEALTH_INGEST_LAG_RATIO * expected_arrivals",
+        "self._arrived_checks < expected_arrivals",
+    ),
+    Mutation(
+        "rate window",
+        _DEPLOYMENT_STATE,
+        "        while self._arrivals and self._arrivals[0][0] <= cutoff:\n"
+        "            self._arrived_checks -= self._arrivals.popleft()[1]\n",
+        "        pass\n",
+    ),
+    Mutation(
+        "lag gate counts checks, not calls",
+        _DEPLOYMENT_STATE,
+        "            checks += report.num_checks\n",
+        "            checks += 1\n",
+    ),
+    Mutation(
+        "arrival dated back by the relay hold",
+        _DEPLOYMENT_STATE,
+        "                now - max(0.0, report.held_s),\n",
+        "                now,\n",
+    ),
+    Mutation(
+        "fallback probe for stale reports",
+        _DEPLOYMENT_STATE,
+        "            < push_freshness_window_s(self.health_check_period_s)\n",
+        "            < float(\"inf\")\n",
+    ),
+    Mutation(
+        "probe at once on exit",
+        _DEPLOYMENT_STATE,
+        "            self._probe_now = True\n            return\n",
+        "            return\n",
+    ),
+    Mutation(
+        "expected-rate cadence",
+        _DEPLOYMENT_STATE,
+        "    interval_s = PUSH_HEALTH_SELF_CHECK_PERIOD_FRACTION * health_check_period_s\n",
+        "    interval_s = health_check_period_s\n",
+    ),
+    Mutation(
+        "stuck bound",
+        _UTILS,
+        "    if now - sent_at >= stuck_after_s:\n        return False\n",
+        "",
+    ),
+    Mutation(
+        "once-per-period failure counting",
+        _REPLICA,
+        "        if (\n"
+        "            self._consecutive_failures == 0\n"
+        "            or now - self._last_counted_failure_at\n"
+        "            >= self._period_s - 0.5 * self._check_interval_s()\n"
+        "        ):\n",
+        "        if True:\n",
+    ),
+    Mutation(
+        "failure counting tolerates timer jitter",
+        _REPLICA,
+        "            >= self._period_s - 0.5 * self._check_interval_s()\n",
+        "            >= self._period_s\n",
+    ),
+    Mutation(
+        "self-checks timed from the previous start",
+        _REPLICA,
+        "            await self._pause(started_at + self._check_interval_s() - self._clock())\n",
+        "            await self._pause(self._check_interval_s())\n",
+    ),
+    Mutation(
+        "unhealthy or exited replicas visited in the next loop",
+        _DEPLOYMENT_STATE,
+        "            for unique_id in self._health_push_registry.urgent_replica_ids:\n",
+        "            for unique_id in ():\n",
+    ),
+    Mutation(
+        "threshold latch",
+        _REPLICA,
+        "        if self._consecutive_failures >= REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD:\n",
+        "        if False:\n",
+    ),
+    Mutation(
+        "unhealthy bypass",
+        _REPLICA,
+        "            if self._healthy or self._unhealthy_edge_pushed:\n",
+        "            if True:\n",
+    ),
+    Mutation(
+        "relay batching (hold)",
+        _RELAY,
+        "        due_at = now + PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * health_check_period_s\n",
+        "        due_at = now\n",
+    ),
+    Mutation(
+        "relay hold follows a new period",
+        _RELAY,
+        "            held.due_at = min(held.due_at, due_at)\n",
+        "",
+    ),
+    Mutation(
+        "relay sends news at once",
+        _RELAY,
+        "        if self._is_news(report):\n            self._urgent = True\n",
+        "",
+    ),
+    Mutation(
+        "relay in-flight bound",
+        _RELAY,
+        "            return self._urgent and len(self._in_flight) == 1\n",
+        "            return True\n",
+    ),
+    Mutation(
+        "relay stuck bound",
+        _RELAY,
+        "            elif now - sent_at >= RAY_SERVE_METRICS_PUSH_STUCK_S:\n",
+        "            elif False:\n",
+    ),
+    Mutation(
+        "relay exit watch",
+        _RELAY,
+        "        self._exited.append(unique_id)\n",
+        "",
+    ),
+    Mutation(
+        "replica finds its relay again",
+        _REPLICA,
+        "            self._relay = None\n            self._pending_heartbeat_ref = None\n",
+        "            self._pending_heartbeat_ref = None\n",
+    ),
+    Mutation(
+        "repeat-unhealthy suppression",
+        _REPLICA,
+        "        if not self._healthy:\n            self._unhealthy_edge_pushed = True\n",
+        "",
+    ),
+)
+
+
+def _python_for(site_packages: Path) -> Path:
+    """The interpreter of the venv that owns `site_packages` (venv/lib/pythonX/site-packages)."""
+    python = site_packages.parents[2] / "bin" / "python"
+    if not python.exists():
+        raise HarnessError(
+            f"{site_packages} is not inside a virtualenv (no {python}). Nothing was "
+            f"changed. Pass the site-packages of the venv the series is applied to."
+        )
+    return python
+
+
+def _restore_leftovers(site_packages: Path) -> list[str]:
+    """Put back originals that a killed run left beside their mutated files."""
+    restored = []
+    for mutation_path in sorted({m.path for m in MUTATIONS}):
+        target = site_packages / mutation_path
+        backup = target.with_name(target.name + _BACKUP_SUFFIX)
+        if backup.exists():
+            with signals_deferred():
+                os.replace(backup, target)
+            restored.append(mutation_path)
+    return restored
+
+
+def _source(site_packages: Path, mutation: Mutation) -> str:
+    target = site_packages / mutation.path
+    try:
+        text = target.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise HarnessError(
+            f"mutation '{mutation.name}': cannot read {target} ({exc}). Nothing was "
+            f"changed. Apply the series to {site_packages} first."
+        ) from exc
+    count = text.count(mutation.original)
+    if count != 1:
+        found = "is not in" if count == 0 else f"occurs {count} times in"
+        raise HarnessError(
+            f"mutation '{mutation.name}': its snippet {found} {target}, so the patch "
+            f"changed under it. Nothing was changed. Update the snippet in "
+            f"harness/patches/mutation.py to the patched code (keep what it removes)."
+        )
+    return text
+
+
+@contextmanager
+def _mutated(site_packages: Path, mutation: Mutation, text: str) -> Iterator[None]:
+    """Hold `mutation` applied; the original bytes and mtime come back on exit."""
+    target = site_packages / mutation.path
+    backup = target.with_name(target.name + _BACKUP_SUFFIX)
+    stat = target.stat()
+    with signals_deferred():
+        shutil.copy2(target, backup)
+        mutated = text.replace(mutation.original, mutation.neutralised, 1)
+        target.write_text(mutated, encoding="utf-8")
+    try:
+        yield
+    finally:
+        with signals_deferred():
+            os.replace(backup, target)
+            os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def _run_pytest(
+    python: Path, pytest_args: list[str], timeout_s: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the tests; raises subprocess.TimeoutExpired (child killed) past `timeout_s`."""
+    # No bytecode is written, so no .pyc of a mutated file outlives its mutation.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(
+        [str(python), "-m", "pytest", *_PYTEST_FLAGS, *pytest_args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+    )
+
+
+def _failed_tests(output: str) -> tuple[str, ...]:
+    return tuple(
+        line.split(" ", 1)[1].split(" - ", 1)[0]
+        for line in output.splitlines()
+        if line.startswith(("FAILED ", "ERROR "))
+    )
+
+
+def _tail(result: subprocess.CompletedProcess[str], lines: int = 30) -> str:
+    return "\n".join((result.stdout + result.stderr).strip().splitlines()[-lines:])
+
+
+def run_mutations(
+    site_packages: Path, pytest_args: list[str], *, python: Path | None = None
+) -> list[MutationResult]:
+    """Run the patch tests once unmutated, then once per mutation in `MUTATIONS`.
+
+    `pytest_args` selects the tests (paths, -k ...). Raises `HarnessError` if the
+    unmutated run is not green, if a snippet is missing, or if a mutated run
+    errors instead of passing or failing.
+    """
+    site_packages = site_packages.resolve()
+    python = python or _python_for(site_packages)
+    for path in _restore_leftovers(site_packages):
+        print(f"mutation: restored {path}, left mutated by an interrupted run", flush=True)
+    texts = {m.name: _source(site_packages, m) for m in MUTATIONS}
+
+    started = time.monotonic()
+    print("mutation: baseline, unmutated", flush=True)
+    baseline = _run_pytest(python, pytest_args)
+    # A mutation can make a test hang (a loop that never yields, say): that run
+    # is killed and counts as caught, since the tests did not pass.
+    hang_after_s = _HANG_FACTOR * (time.monotonic() - started) + _HANG_MARGIN_S
+    if baseline.returncode != _PASSED:
+        raise HarnessError(
+            f"the patch tests fail without any mutation (pytest exit "
+            f"{baseline.returncode}), so a mutation run would prove nothing. Nothing "
+            f"was changed. Fix the tests first:\n{_tail(baseline)}"
+        )
+
+    results: list[MutationResult] = []
+    for index, mutation in enumerate(MUTATIONS, start=1):
+        print(
+            f"mutation: {index}/{len(MUTATIONS)} {mutation.name} ({mutation.path}), "
+            f"{time.monotonic() - started:.0f}s so far",
+            flush=True,
+        )
+        mutation_started = time.monotonic()
+        with _mutated(site_packages, mutation, texts[mutation.name]):
+            try:
+                result = _run_pytest(python, pytest_args, hang_after_s)
+            except subprocess.TimeoutExpired:
+                results.append(
+                    MutationResult(
+                        name=mutation.name,
+                        path=mutation.path,
+                        caught=True,
+                        failed_tests=(f"(tests hung: killed after {hang_after_s:.0f}s)",),
+                        duration_s=time.monotonic() - mutation_started,
+                    )
+                )
+                continue
+        if result.returncode not in (_PASSED, _TESTS_FAILED):
+            raise HarnessError(
+                f"mutation '{mutation.name}': pytest exited {result.returncode} (not a "
+                f"test failure: the mutation broke collection or the run). "
+                f"{mutation.path} was restored. Make the neutralised snippet valid "
+                f"code:\n{_tail(result)}"
+            )
+        results.append(
+            MutationResult(
+                name=mutation.name,
+                path=mutation.path,
+                caught=result.returncode == _TESTS_FAILED,
+                failed_tests=_failed_tests(result.stdout),
+                duration_s=time.monotonic() - mutation_started,
+            )
+        )
+    return results
+
+
+def format_table(results: list[MutationResult]) -> str:
+    rows = [("mutation", "result", "first failing test")]
+    for r in results:
+        first = r.failed_tests[0].rsplit("/", 1)[-1] if r.failed_tests else "-"
+        rows.append((r.name, "caught" if r.caught else "SURVIVED", first))
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows]
+    lines.insert(1, "-" * max(len(line) for line in lines))
+    caught = sum(r.caught for r in results)
+    lines.append(f"{caught} of {len(results)} mutations caught")
+    return "\n".join(lines)
+
+
+def _default_site_packages() -> Path:
+    from harness.core.paths import VENV_DIR
+
+    found = sorted(VENV_DIR.glob("lib/python3*/site-packages"))
+    if not found:
+        raise HarnessError(f"no virtualenv at {VENV_DIR}; pass --site-packages.")
+    return found[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.patches.mutation",
+        description="Remove each push-health mechanism in turn; every removal must "
+        "make a patch test fail.",
+    )
+    parser.add_argument(
+        "--site-packages",
+        type=Path,
+        help="site-packages with the series applied (default: the project's .venv)",
+    )
+    parser.add_argument(
+        "pytest_args",
+        nargs="*",
+        help=f"passed to pytest (default: <site-packages>/{_PATCH_TESTS}/"
+        f"{_PUSH_HEALTH_TESTS})",
+    )
+    args = parser.parse_args(argv)
+    try:
+        site = args.site_packages or _default_site_packages()
+        tests = sorted(str(p) for p in (site / _PATCH_TESTS).glob(_PUSH_HEALTH_TESTS))
+        if not args.pytest_args and not tests:
+            raise HarnessError(f"no {_PUSH_HEALTH_TESTS} under {site / _PATCH_TESTS}; run "
+                               f"`make apply-patches` first")
+        results = run_mutations(site, args.pytest_args or tests)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("mutation: interrupted; the mutated file was restored.", file=sys.stderr)
+        sys.exit(130)
+    print(format_table(results))
+    if not all(r.caught for r in results):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
