@@ -44,15 +44,31 @@ def cmd_setup(args) -> None:
     python = VENV_DIR / "bin" / "python"
     steps = [
         ([sys.executable, "-m", "venv", str(VENV_DIR)], not python.exists()),
-        ([str(python), "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
-          str(house), release.requirement], True),
-        ([str(python), "-m", "pip", "install", "--quiet", "-r",
-          str(ROOT / "requirements.txt")], True),
+        (
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-index",
+                "--find-links",
+                str(house),
+                release.requirement,
+            ],
+            True,
+        ),
+        (
+            [str(python), "-m", "pip", "install", "--quiet", "-r", str(ROOT / "requirements.txt")],
+            True,
+        ),
     ]
     for cmd, needed in steps:
         if needed and subprocess.run(cmd).returncode != 0:
-            raise HarnessError(f"`{' '.join(cmd)}` failed (see above). The venv at {VENV_DIR} "
-                               f"may be incomplete; run `make setup` again to finish it.")
+            raise HarnessError(
+                f"`{' '.join(cmd)}` failed (see above). The venv at {VENV_DIR} "
+                f"may be incomplete; run `make setup` again to finish it."
+            )
     print(f"setup: {VENV_DIR} has Ray {release.version} and the project's requirements")
 
 
@@ -69,18 +85,19 @@ def cmd_patches(args) -> None:
 
         # The pinned wheel is what a stand-in checkout is recognised by.
         wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
-        print(patchset.apply_to_checkout(Path(ray_src), read_series(), pin.ray,
-                                         wheel).format())
+        print(patchset.apply_to_checkout(Path(ray_src), read_series(), pin.ray, wheel).format())
     elif args.action == "apply":
-        result = patchset.apply_to_site_packages(site or _site_packages(VENV_DIR),
-                                                 read_series(), pin.ray)
+        result = patchset.apply_to_site_packages(
+            site or _site_packages(VENV_DIR), read_series(), pin.ray
+        )
         print(result.format())
     elif args.action == "revert":
         # It prints its own summary; the list of restored files is for callers.
         patchset.revert_site_packages(site or _site_packages(VENV_DIR), force=args.force)
     elif args.action == "status":
-        print(patchset.status_site_packages(site or _site_packages(VENV_DIR),
-                                            read_series()).format())
+        print(
+            patchset.status_site_packages(site or _site_packages(VENV_DIR), read_series()).format()
+        )
     elif args.action == "workspace":
         from harness.core import wheels
 
@@ -117,8 +134,9 @@ def cmd_run(args) -> None:
     options = {}
     if args.scale is not None:
         if "scale" not in inspect.signature(scenario_class).parameters:
-            raise HarnessError(f"{args.scenario} runs no timeout ladder, so --scale does not "
-                               f"apply to it")
+            raise HarnessError(
+                f"{args.scenario} runs no timeout ladder, so --scale does not apply to it"
+            )
         options["scale"] = args.scale
     _print_outcome(run_scenario(scenario_class(**options), specs))
 
@@ -137,8 +155,10 @@ def _print_outcome(outcome) -> None:
     took = f"  ({outcome.wall_s:.0f}s)" if outcome.wall_s else ""
     print(f"report: {outcome.report['md'].parent}{took}")
     if not outcome.as_expected:
-        raise VerdictFailed(f"{outcome.name}: the outcome is not what the scenario claims: "
-                            + "; ".join(outcome.findings))
+        raise VerdictFailed(
+            f"{outcome.name}: the outcome is not what the scenario claims: "
+            + "; ".join(outcome.findings)
+        )
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -146,7 +166,8 @@ def _sizes(text: str) -> tuple[int, ...]:
         sizes = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of integers: {text!r}") from None
+            f"not a comma-separated list of integers: {text!r}"
+        ) from None
     if len(sizes) < 2 or min(sizes) < 1:
         raise argparse.ArgumentTypeError("at least two sizes, each at least 1, so the slope shows")
     return sizes
@@ -161,15 +182,26 @@ def cmd_bench(args) -> None:
         from harness.bench import health as bench_health
         from harness.core.errors import HarnessError
 
-        options = {key: value for key, value in (
-            ("sizes", args.sizes), ("repeats", args.repeats), ("window_s", args.window))
-            if value is not None}
+        options = {
+            key: value
+            for key, value in (
+                ("sizes", args.sizes),
+                ("repeats", args.repeats),
+                ("window_s", args.window),
+            )
+            if value is not None
+        }
         if args.detect_again:
             if args.sizes is not None or args.window is not None:
-                raise HarnessError("--detect-again measures at the saved run's middle size and "
-                                   "takes only --repeats; drop --sizes and --window.")
-            bench_health.print_health(bench_health.detect_again(
-                **({"repeats": args.repeats} if args.repeats is not None else {})))
+                raise HarnessError(
+                    "--detect-again measures at the saved run's middle size and "
+                    "takes only --repeats; drop --sizes and --window."
+                )
+            bench_health.print_health(
+                bench_health.detect_again(
+                    **({"repeats": args.repeats} if args.repeats is not None else {})
+                )
+            )
         else:
             bench_health.print_health(bench_health.bench_health(**options))
     elif args.what == "keepalive":
@@ -189,13 +221,16 @@ def cmd_up(args) -> None:
     leftovers = engine.labelled_containers(args.name)
     if leftovers and sys.stdin.isatty():
         names = ", ".join(sorted(c.name for c in leftovers))
-        answer = input(f"a cluster named {args.name!r} is already there ({names}). "
-                       f"Remove it and start a new one? [y/N] ")
+        answer = input(
+            f"a cluster named {args.name!r} is already there ({names}). "
+            f"Remove it and start a new one? [y/N] "
+        )
         if answer.strip().lower() in ("y", "yes"):
             engine.remove_labelled(args.name)
     tag = images.ensure_node_image(images.ImageSpec.parse(args.image))
-    cluster = Cluster(ClusterConfig(image=tag, name=args.name, workers=args.workers,
-                                    lb_port=args.port))
+    cluster = Cluster(
+        ClusterConfig(image=tag, name=args.name, workers=args.workers, lb_port=args.port)
+    )
     try:
         cluster.up()
         if not args.no_app:
@@ -213,8 +248,10 @@ def cmd_down(args) -> None:
 
     started = time.monotonic()
     containers, networks = engine.remove_labelled(None if args.all else args.name)
-    print(f"removed {containers} containers and {networks} networks "
-          f"in {time.monotonic() - started:.1f}s")
+    print(
+        f"removed {containers} containers and {networks} networks "
+        f"in {time.monotonic() - started:.1f}s"
+    )
 
 
 def cmd_status(args) -> None:
@@ -226,10 +263,13 @@ def cmd_status(args) -> None:
         return
     for c in sorted(containers, key=lambda c: c.name):
         ports = c.attrs.get("HostConfig", {}).get("PortBindings") or {}
-        published = ", ".join(f"{b[0]['HostIp']}:{b[0]['HostPort']}->{p}"
-                              for p, b in ports.items() if b)
-        print(f"{c.name:32} {c.status:10} {c.labels.get(engine.ROLE_LABEL, ''):7} "
-              f"{c.image.tags[0] if c.image.tags else c.image.short_id}  {published}")
+        published = ", ".join(
+            f"{b[0]['HostIp']}:{b[0]['HostPort']}->{p}" for p, b in ports.items() if b
+        )
+        print(
+            f"{c.name:32} {c.status:10} {c.labels.get(engine.ROLE_LABEL, ''):7} "
+            f"{c.image.tags[0] if c.image.tags else c.image.short_id}  {published}"
+        )
 
 
 def cmd_soak(args) -> None:
@@ -241,8 +281,9 @@ def cmd_soak(args) -> None:
     # The ladder is the claim; Ray's defaults are the comparison, reported only.
     failed = [v.label for v in results[soak.LADDER_CONFIG] if not v.passed]
     if failed:
-        raise VerdictFailed(f"soak: {', '.join(failed)} failed the spot-notice acceptance "
-                            "threshold (0.01%)")
+        raise VerdictFailed(
+            f"soak: {', '.join(failed)} failed the spot-notice acceptance threshold (0.01%)"
+        )
 
 
 def cmd_ladder(args) -> None:
@@ -253,13 +294,17 @@ def cmd_ladder(args) -> None:
     print(result.render())
     # The report above names the orderings and their arithmetic; these say what to do.
     if result.exit_code == 1:
-        raise VerdictFailed(f"ladder check: {args.file}: the ladder fails (the `failing:` "
-                            f"orderings above); change the values their rows name and "
-                            f"check again")
+        raise VerdictFailed(
+            f"ladder check: {args.file}: the ladder fails (the `failing:` "
+            f"orderings above); change the values their rows name and "
+            f"check again"
+        )
     if result.exit_code == 3:
-        raise VerdictUnknown(f"ladder check: {args.file}: no ordering fails, but the "
-                             f"`unknown` ones above need values the file does not give; "
-                             f"add them to get a verdict")
+        raise VerdictUnknown(
+            f"ladder check: {args.file}: no ordering fails, but the "
+            f"`unknown` ones above need values the file does not give; "
+            f"add them to get a verdict"
+        )
 
 
 def cmd_upstream(args) -> None:
@@ -281,38 +326,47 @@ def cmd_upstream(args) -> None:
         try:
             release = pin.release(args.version)
         except HarnessError as exc:
-            raise HarnessError(f"{exc} Every wheel is checked against the sha256 that "
-                               f"patches/PIN records, so only those releases can be "
-                               f"checked.") from exc
+            raise HarnessError(
+                f"{exc} Every wheel is checked against the sha256 that "
+                f"patches/PIN records, so only those releases can be "
+                f"checked."
+            ) from exc
     pinned_house = wheels.ensure_wheelhouse(pin.ray)
     pinned_wheel = wheels.verify_ray_wheel(pinned_house, pin.ray)
     if args.action == "standin":
         # Resolved, so the path printed for RAY_SRC works from wherever make runs.
         dest = upstream.build_standin(
-            pinned_wheel, Path(args.dest).resolve() if args.dest else upstream.STANDIN_DIR)
-        print(f"stand-in ready: {dest} (its {upstream.SERVE} is {pinned_wheel.name}'s); "
-              f"`make pr-branches RAY_SRC={dest}` and `make apply-patches RAY_SRC={dest}` "
-              f"accept it as a checkout at the pin")
+            pinned_wheel, Path(args.dest).resolve() if args.dest else upstream.STANDIN_DIR
+        )
+        print(
+            f"stand-in ready: {dest} (its {upstream.SERVE} is {pinned_wheel.name}'s); "
+            f"`make pr-branches RAY_SRC={dest}` and `make apply-patches RAY_SRC={dest}` "
+            f"accept it as a checkout at the pin"
+        )
     elif args.action == "branches":
         env = upstream.ensure_test_env(pin.ray, pinned_house)
-        result = upstream.pr_branches(Path(args.ray_src), read_series(), pin.ray,
-                                      pinned_wheel, env, force=args.force)
+        result = upstream.pr_branches(
+            Path(args.ray_src), read_series(), pin.ray, pinned_wheel, env, force=args.force
+        )
         print(result.format())
         if result.failed:
-            raise VerdictFailed(f"tests failed on {', '.join(r.name for r in result.failed)} "
-                                f"(see above); the branches were created. Fix the patch in "
-                                f"the workspace, export it, and run again with --force.")
+            raise VerdictFailed(
+                f"tests failed on {', '.join(r.name for r in result.failed)} "
+                f"(see above); the branches were created. Fix the patch in "
+                f"the workspace, export it, and run again with --force."
+            )
     elif args.action == "rebase-check":
         house = wheels.ensure_wheelhouse(release)
         wheel = wheels.verify_ray_wheel(house, release)
         env = upstream.ensure_test_env(release, house)
-        result = upstream.rebase_check(wheel, release.version, pinned_wheel, read_series(),
-                                       env)
+        result = upstream.rebase_check(wheel, release.version, pinned_wheel, read_series(), env)
         print(result.format())
         if not result.ok:
-            raise VerdictFailed(f"rebase-check: a patch does not apply to, or fails its "
-                                f"tests on, Ray {release.version}; the rows above name it and "
-                                f"where. It ran in a temporary repo; nothing was changed.")
+            raise VerdictFailed(
+                f"rebase-check: a patch does not apply to, or fails its "
+                f"tests on, Ray {release.version}; the rows above name it and "
+                f"where. It ran in a temporary repo; nothing was changed."
+            )
 
 
 EXIT_CODES = """\
@@ -335,9 +389,12 @@ script that needs it runs .venv/bin/python -m harness VERB instead.
 
 def build_parser() -> argparse.ArgumentParser:
     # Raw, so the exit-code table keeps its lines; __doc__ is wrapped by hand.
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__,
-                                     epilog=EXIT_CODES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m harness",
+        description=__doc__,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="verb", required=True)
 
     p = sub.add_parser("wheelhouse", help="download the wheels of a Ray release once")
@@ -359,89 +416,133 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a scenario on images side by side")
     p.add_argument("scenario")
-    p.add_argument("--image", action="append", default=[],
-                   help="repeat; the last is the one under test (default: 2.59.0-stock, "
-                        "2.60.0-patched)")
-    p.add_argument("--scale", type=float, default=None,
-                   help="scale the timeout ladder (spot_preemption): 1 is the spot-notice "
-                        "ladder's own times (the default), 0.5 halves every one of them")
+    p.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        help="repeat; the last is the one under test (default: 2.59.0-stock, 2.60.0-patched)",
+    )
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=None,
+        help="scale the timeout ladder (spot_preemption): 1 is the spot-notice "
+        "ladder's own times (the default), 0.5 halves every one of them",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
-        "analyze", help="judge a saved run again from its histories, with no cluster",
+        "analyze",
+        help="judge a saved run again from its histories, with no cluster",
         description="Rebuild the scenario a results directory (or one history file) was "
-                    "recorded by, judge its histories again, and write the report to "
-                    "PATH/analysis/ (or --out). Exit 0 if the outcome is what the scenario "
-                    "claims, 1 if not, 2 if PATH is not a saved run.")
-    p.add_argument("path", help="a history-*.jsonl file or a results directory, e.g. "
-                                "build/results/spot_preemption")
+        "recorded by, judge its histories again, and write the report to "
+        "PATH/analysis/ (or --out). Exit 0 if the outcome is what the scenario "
+        "claims, 1 if not, 2 if PATH is not a saved run.",
+    )
+    p.add_argument(
+        "path",
+        help="a history-*.jsonl file or a results directory, e.g. build/results/spot_preemption",
+    )
     p.add_argument("--out", help="where to write the report (default: PATH/analysis)")
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
     p.add_argument("what", choices=["load", "health", "membership", "keepalive"])
-    p.add_argument("--rounds", type=int, default=20,
-                   help="membership: replicas added and removed per configuration")
-    p.add_argument("--sizes", type=_sizes, default=None,
-                   help="health: replica counts per app, comma-separated (default 16,32,48)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="health: runs of every mode per size (default 3)")
-    p.add_argument("--window", type=float, default=None,
-                   help="health: seconds measured per run (default 30)")
-    p.add_argument("--detect-again", action="store_true",
-                   help="health: measure only the times to detect again (--repeats samples), "
-                        "into the finished run saved in build/results/bench-health.json")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=20,
+        help="membership: replicas added and removed per configuration",
+    )
+    p.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        help="health: replica counts per app, comma-separated (default 16,32,48)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="health: runs of every mode per size (default 3)"
+    )
+    p.add_argument(
+        "--window", type=float, default=None, help="health: seconds measured per run (default 30)"
+    )
+    p.add_argument(
+        "--detect-again",
+        action="store_true",
+        help="health: measure only the times to detect again (--repeats samples), "
+        "into the finished run saved in build/results/bench-health.json",
+    )
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("soak", help="spot preemptions under sustained load, spot-notice "
-                                    "ladder vs Ray's defaults, as the spot-notice "
-                                    "acceptance table")
+    p = sub.add_parser(
+        "soak",
+        help="spot preemptions under sustained load, spot-notice "
+        "ladder vs Ray's defaults, as the spot-notice "
+        "acceptance table",
+    )
     p.add_argument("--runs", type=int, default=3, help="runs per configuration")
     p.add_argument("--minutes", type=float, default=10.0, help="length of each run")
-    p.add_argument("--interval", type=float, default=180.0,
-                   help="seconds between spot notices (each notice lasts 120 s)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=180.0,
+        help="seconds between spot notices (each notice lasts 120 s)",
+    )
     p.set_defaults(func=cmd_soak)
 
     p = sub.add_parser("ladder", help="check a service's timeout ladder (orderings A-J)")
     ladder = p.add_subparsers(dest="action", required=True)
     c = ladder.add_parser(
-        "check", help="check the ladder of a YAML service description",
+        "check",
+        help="check the ladder of a YAML service description",
         description="Check every ordering A-J of the timeout ladder (how Serve's, HAProxy's, "
-                    "the load balancer's and the clients' timeouts must nest inside the spot "
-                    "notice so a node retires without cutting a request) on a YAML service "
-                    "description; examples/ladder/ has three. Exit 0: every "
-                    "ordering holds; 1: one fails; 2: the file is wrong; 3: none fails but "
-                    "some need values the file does not give.")
+        "the load balancer's and the clients' timeouts must nest inside the spot "
+        "notice so a node retires without cutting a request) on a YAML service "
+        "description; examples/ladder/ has three. Exit 0: every "
+        "ordering holds; 1: one fails; 2: the file is wrong; 3: none fails but "
+        "some need values the file does not give.",
+    )
     c.add_argument("file", help="e.g. examples/ladder/spot-notice-ladder.yaml")
     p.set_defaults(func=cmd_ladder)
 
-    p = sub.add_parser("upstream", help="the series as upstream PRs: branches, descriptions, "
-                                        "and a check against another Ray release")
+    p = sub.add_parser(
+        "upstream",
+        help="the series as upstream PRs: branches, descriptions, "
+        "and a check against another Ray release",
+    )
     upstream = p.add_subparsers(dest="action", required=True)
     c = upstream.add_parser(
-        "branches", help="one stacked branch per patch on a Ray checkout at the pin, tested",
+        "branches",
+        help="one stacked branch per patch on a Ray checkout at the pin, tested",
         description="On a clean Ray checkout at the pinned commit (or a stand-in whose "
-                    "python/ray/serve is the pinned wheel's), create one branch per patch, "
-                    "each the previous one plus that patch (git am), and run each branch's "
-                    "tests. Creates all branches or none.")
+        "python/ray/serve is the pinned wheel's), create one branch per patch, "
+        "each the previous one plus that patch (git am), and run each branch's "
+        "tests. Creates all branches or none.",
+    )
     c.add_argument("ray_src", help="the Ray checkout")
     c.add_argument("--force", action="store_true", help="move branches that already exist")
     c = upstream.add_parser("body", help="a patch's PR description with the latest results")
     c.add_argument("patch", help="its number, e.g. 0001")
     c = upstream.add_parser(
-        "rebase-check", help="does each patch apply to, and pass on, another Ray release",
+        "rebase-check",
+        help="does each patch apply to, and pass on, another Ray release",
         description="Apply the series, patch by patch, to another release's ray/serve (from "
-                    "its wheel) and run each patch's tests against that release. Exit 1 if "
-                    "a patch does not apply or a test fails.")
+        "its wheel) and run each patch's tests against that release. Exit 1 if "
+        "a patch does not apply or a test fails.",
+    )
     c.add_argument("version", help="a release patches/PIN knows, e.g. 2.59.0")
-    c = upstream.add_parser("standin", help="a git repo standing in for a Ray checkout at "
-                                            "the pin, built from the pinned wheel")
+    c = upstream.add_parser(
+        "standin",
+        help="a git repo standing in for a Ray checkout at the pin, built from the pinned wheel",
+    )
     c.add_argument("dest", nargs="?", help="where (default: build/ray-standin)")
     p.set_defaults(func=cmd_upstream)
 
-    for verb, func, text in (("up", cmd_up, "start a cluster and deploy the echo app"),
-                             ("down", cmd_down, "remove a cluster (all it created)"),
-                             ("status", cmd_status, "list the harness's containers")):
+    for verb, func, text in (
+        ("up", cmd_up, "start a cluster and deploy the echo app"),
+        ("down", cmd_down, "remove a cluster (all it created)"),
+        ("status", cmd_status, "list the harness's containers"),
+    ):
         p = sub.add_parser(verb, help=text)
         p.add_argument("--name", default="rayspot", help="cluster name (default: rayspot)")
         p.set_defaults(func=func)
@@ -474,15 +575,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{exc.label}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted: what was being created has been removed; "
-              "`python -m harness status` shows anything left.", file=sys.stderr)
+        print(
+            "interrupted: what was being created has been removed; "
+            "`python -m harness status` shows anything left.",
+            file=sys.stderr,
+        )
         return 130
     except Exception:
         # A bug, not a verdict: Python's own exit 1 would read as "failed".
         traceback.print_exc()
-        print(f"error: `python -m harness {args.verb}` failed unexpectedly (the traceback "
-              f"above is a bug in the harness), so there is no verdict: exit 3. Nothing "
-              f"was judged; report the traceback.", file=sys.stderr)
+        print(
+            f"error: `python -m harness {args.verb}` failed unexpectedly (the traceback "
+            f"above is a bug in the harness), so there is no verdict: exit 3. Nothing "
+            f"was judged; report the traceback.",
+            file=sys.stderr,
+        )
         return 3
     return 0
 

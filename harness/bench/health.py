@@ -73,17 +73,23 @@ DETECT_TIMEOUT_S = 90.0
 
 def _app(name: str, replicas: int, period_s: float) -> dict:
     app = appconfigs.echo_app(
-        num_replicas=replicas, max_replicas_per_node=None,
-        ray_actor_options={"num_cpus": 0, "resources": {"w": 0.001},
-                           "runtime_env": {"env_vars": {
-                               "RAY_SERVE_ENABLE_PUSH_HEALTH": APPS[name]}}},
-        health_check_period_s=period_s, health_check_timeout_s=TIMEOUT_S)
+        num_replicas=replicas,
+        max_replicas_per_node=None,
+        ray_actor_options={
+            "num_cpus": 0,
+            "resources": {"w": 0.001},
+            "runtime_env": {"env_vars": {"RAY_SERVE_ENABLE_PUSH_HEALTH": APPS[name]}},
+        },
+        health_check_period_s=period_s,
+        health_check_timeout_s=TIMEOUT_S,
+    )
     return {**app, "name": name, "route_prefix": f"/{name}"}
 
 
 def _config(replicas: int, mode: str) -> dict:
-    return appconfigs.deploy_config(*(
-        _app(name, replicas, PERIOD_S if mode == name else IDLE_PERIOD_S) for name in APPS))
+    return appconfigs.deploy_config(
+        *(_app(name, replicas, PERIOD_S if mode == name else IDLE_PERIOD_S) for name in APPS)
+    )
 
 
 def _save(partial: dict) -> None:
@@ -97,9 +103,13 @@ def _progress(message: str, started: float) -> None:
 
 
 def _counters(cluster: Cluster, pid: int) -> dict:
-    return {"cpu_s": cluster.process_cpu_s(cluster.head, pid), "time": time.monotonic(),
-            "probes": cluster.metric_total(PROBES), "batches": cluster.metric_total(BATCHES),
-            "reports": cluster.metric_total(REPORTS)}
+    return {
+        "cpu_s": cluster.process_cpu_s(cluster.head, pid),
+        "time": time.monotonic(),
+        "probes": cluster.metric_total(PROBES),
+        "batches": cluster.metric_total(BATCHES),
+        "reports": cluster.metric_total(REPORTS),
+    }
 
 
 def _window(cluster: Cluster, pid: int, window_s: float) -> dict:
@@ -109,11 +119,12 @@ def _window(cluster: Cluster, pid: int, window_s: float) -> dict:
     after = _counters(cluster, pid)
     periods = (after["time"] - before["time"]) / PERIOD_S
     loop = cluster.exec_head(["controller-health"])
-    return {"cpu_s": (after["cpu_s"] - before["cpu_s"]) / periods,
-            **{key: (after[key] - before[key]) / periods
-               for key in ("probes", "batches", "reports")},
-            "loop_ms": loop["loop_duration_s"] * 1000,
-            "dsm_update_ms": loop["deployment_state_update_duration_s"] * 1000}
+    return {
+        "cpu_s": (after["cpu_s"] - before["cpu_s"]) / periods,
+        **{key: (after[key] - before[key]) / periods for key in ("probes", "batches", "reports")},
+        "loop_ms": loop["loop_duration_s"] * 1000,
+        "dsm_update_ms": loop["deployment_state_update_duration_s"] * 1000,
+    }
 
 
 def _settle(cluster: Cluster) -> None:
@@ -122,12 +133,21 @@ def _settle(cluster: Cluster) -> None:
 
 
 def _cluster(tag: str) -> Cluster:
-    return Cluster(ClusterConfig(image=tag, name="rayspot-bench-health", workers=2, env=ENV,
-                                 worker_resources={"w": 10}, metrics_port=METRICS_PORT))
+    return Cluster(
+        ClusterConfig(
+            image=tag,
+            name="rayspot-bench-health",
+            workers=2,
+            env=ENV,
+            worker_resources={"w": 10},
+            metrics_port=METRICS_PORT,
+        )
+    )
 
 
-def measure_sizes(tag: str, sizes: tuple[int, ...], repeats: int, window_s: float,
-                  started: float) -> list[dict]:
+def measure_sizes(
+    tag: str, sizes: tuple[int, ...], repeats: int, window_s: float, started: float
+) -> list[dict]:
     """Every mode at every size, `repeats` times, interleaved."""
     runs: list[dict] = []
     with _cluster(tag) as cluster:
@@ -136,20 +156,28 @@ def measure_sizes(tag: str, sizes: tuple[int, ...], repeats: int, window_s: floa
             cluster.deploy(_config(replicas, "no health checks"), timeout_s=1200)
             pid = cluster.controller_pid()
             for repeat in range(repeats):
-                order = MODES[repeat % len(MODES):] + MODES[:repeat % len(MODES)]
+                order = MODES[repeat % len(MODES) :] + MODES[: repeat % len(MODES)]
                 for mode in order:
-                    _progress(f"{replicas} replicas, repeat {repeat + 1}/{repeats}: "
-                              f"{mode}, {window_s:.0f}s", started)
+                    _progress(
+                        f"{replicas} replicas, repeat {repeat + 1}/{repeats}: "
+                        f"{mode}, {window_s:.0f}s",
+                        started,
+                    )
                     cluster.deploy(_config(replicas, mode), timeout_s=600)
                     _settle(cluster)
-                    runs.append({"replicas": replicas, "repeat": repeat, "mode": mode,
-                                 **_window(cluster, pid, window_s)})
+                    runs.append(
+                        {
+                            "replicas": replicas,
+                            "repeat": repeat,
+                            "mode": mode,
+                            **_window(cluster, pid, window_s),
+                        }
+                    )
                     _save({"runs": runs})
     return runs
 
 
-def measure_detection(tag: str, replicas: int, repeats: int, started: float,
-                      save) -> dict:
+def measure_detection(tag: str, replicas: int, repeats: int, started: float, save) -> dict:
     """`repeats` samples of the times to detect per mode, the modes interleaved,
     on a cluster of their own: the faults replace replicas, and a deployment
     whose replicas failed is not one to measure costs on afterwards.
@@ -161,8 +189,10 @@ def measure_detection(tag: str, replicas: int, repeats: int, started: float,
         for repeat in range(repeats):
             order = ("pull", "push") if repeat % 2 == 0 else ("push", "pull")
             for mode in order:
-                _progress(f"{replicas} replicas, repeat {repeat + 1}/{repeats}: "
-                          f"times to detect, {mode}", started)
+                _progress(
+                    f"{replicas} replicas, repeat {repeat + 1}/{repeats}: times to detect, {mode}",
+                    started,
+                )
                 detect.setdefault(mode, []).append(detection_times(cluster, replicas, mode))
                 save(detect)
     return detect
@@ -176,13 +206,19 @@ def detect_again(repeats: int = REPEATS) -> dict:
         result = json.loads(path.read_text())
         replicas = result["stock"]["replicas"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise HarnessError(f"{path} holds no finished bench-health run to measure "
-                           f"detection into ({e!r}); run `make bench-health` first.") from e
+        raise HarnessError(
+            f"{path} holds no finished bench-health run to measure "
+            f"detection into ({e!r}); run `make bench-health` first."
+        ) from e
     pin = load_pin()
     patched = images.ensure_node_image(images.ImageSpec(pin.ray.version, "patched"))
     result["detect"] = measure_detection(
-        patched, replicas, repeats, time.monotonic(),
-        lambda d: _save({**result, "detect": d, "detect_partial": True}))
+        patched,
+        replicas,
+        repeats,
+        time.monotonic(),
+        lambda d: _save({**result, "detect": d, "detect_partial": True}),
+    )
     _save(result)
     return result
 
@@ -198,8 +234,7 @@ def measure_stock(tag: str, replicas: int, window_s: float, started: float) -> d
         _settle(cluster)
         idle = _window(cluster, pid, window_s)
         _progress(f"stock 2.60.0: pull, {window_s:.0f}s", started)
-        cluster.deploy(appconfigs.deploy_config(_app("pull", replicas, PERIOD_S)),
-                       timeout_s=600)
+        cluster.deploy(appconfigs.deploy_config(_app("pull", replicas, PERIOD_S)), timeout_s=600)
         _settle(cluster)
         pull = _window(cluster, pid, window_s)
     return {"replicas": replicas, "idle": idle, "pull": pull}
@@ -219,8 +254,10 @@ def _wait_recovered(cluster: Cluster, mode: str, replicas: int, faulted: set[str
     fault hit, and the newest has reported: every sample starts from a whole,
     settled app, and no fault lands on a replica that is already stopping."""
     if wait_replaced(cluster, mode, replicas, faulted, DETECT_TIMEOUT_S) is None:
-        raise HarnessError(f"the {mode} app did not get back to {replicas} replicas within "
-                           f"{DETECT_TIMEOUT_S:.0f}s of a detection fault")
+        raise HarnessError(
+            f"the {mode} app did not get back to {replicas} replicas within "
+            f"{DETECT_TIMEOUT_S:.0f}s of a detection fault"
+        )
     time.sleep(2 * PERIOD_S)
 
 
@@ -245,22 +282,31 @@ def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
             conn.close()
 
     history = History()
-    replica = asyncio.run(fail_health_check(history, "127.0.0.1", cluster.config.lb_port,
-                                            prefix=f"/{mode}"))
+    replica = asyncio.run(
+        fail_health_check(history, "127.0.0.1", cluster.config.lb_port, prefix=f"/{mode}")
+    )
     flipped = history.events[-1].time
     detected = wait_for_unhealthy(cluster, replica, flipped - 1, DETECT_TIMEOUT_S)
     seconds["check fails"], victims["check fails"] = (
-        detected - flipped if detected else None), replica
+        (detected - flipped if detected else None),
+        replica,
+    )
 
     _wait_recovered(cluster, mode, replicas, set(victims.values()))
     row = asyncio.run(get(f"/{mode}/", 10.0))
-    actor = next(a for actors in cluster.replicas_by_node(mode, "Echo").values()
-                 for a in actors if row.replica in a["name"])
+    actor = next(
+        a
+        for actors in cluster.replicas_by_node(mode, "Echo").values()
+        for a in actors
+        if row.replica in a["name"]
+    )
     killed = time.time()
     engine.exec_in(_replica_container(cluster, row.node), ["kill", "-9", str(actor["pid"])])
     detected = wait_for_unhealthy(cluster, row.replica, killed - 1, DETECT_TIMEOUT_S)
     seconds["actor killed"], victims["actor killed"] = (
-        detected - killed if detected else None), row.replica
+        (detected - killed if detected else None),
+        row.replica,
+    )
 
     _wait_recovered(cluster, mode, replicas, set(victims.values()))
     blocked = time.time()
@@ -283,23 +329,39 @@ def measure_ingest(tag: str, window_s: float, started: float) -> dict:
         _settle(cluster)
         _progress(f"ingest: controller without reports, {window_s:.0f}s", started)
         idle = _window(cluster, pid, window_s)
-        _progress(f"ingest: {INGEST['nodes']} simulated nodes x "
-                  f"{INGEST['replicas_per_node']} replicas, {window_s:.0f}s", started)
+        _progress(
+            f"ingest: {INGEST['nodes']} simulated nodes x "
+            f"{INGEST['replicas_per_node']} replicas, {window_s:.0f}s",
+            started,
+        )
         before = _counters(cluster, pid)
-        sent = cluster.exec_head(["health-ingest", "--nodes", str(INGEST["nodes"]),
-                                  "--replicas-per-node", str(INGEST["replicas_per_node"]),
-                                  "--period", str(INGEST["period_s"]),
-                                  "--duration", str(window_s),
-                                  "--senders", str(INGEST["senders"])])
+        sent = cluster.exec_head(
+            [
+                "health-ingest",
+                "--nodes",
+                str(INGEST["nodes"]),
+                "--replicas-per-node",
+                str(INGEST["replicas_per_node"]),
+                "--period",
+                str(INGEST["period_s"]),
+                "--duration",
+                str(window_s),
+                "--senders",
+                str(INGEST["senders"]),
+            ]
+        )
         time.sleep(3)  # the metrics export
         after = _counters(cluster, pid)
     seconds = after["time"] - before["time"] - 3
     idle_cpu_per_s = idle["cpu_s"] / PERIOD_S
-    return {"sent": sent, "seconds": seconds,
-            "calls": after["batches"] - before["batches"],
-            "reports": after["reports"] - before["reports"],
-            "cpu_s_per_s": (after["cpu_s"] - before["cpu_s"]) / seconds - idle_cpu_per_s,
-            "idle_cpu_s_per_s": idle_cpu_per_s}
+    return {
+        "sent": sent,
+        "seconds": seconds,
+        "calls": after["batches"] - before["batches"],
+        "reports": after["reports"] - before["reports"],
+        "cpu_s_per_s": (after["cpu_s"] - before["cpu_s"]) / seconds - idle_cpu_per_s,
+        "idle_cpu_s_per_s": idle_cpu_per_s,
+    }
 
 
 def registry_memory(entries: int = 8000) -> int:
@@ -315,7 +377,8 @@ def registry_memory(entries: int = 8000) -> int:
         before = tracemalloc.take_snapshot()
         registry = ReplicaHealthPushRegistry()
         registry.record_reports(
-            ReplicaHealthReport(rid, time.monotonic(), True, 0, 1.0, 2) for rid in ids)
+            ReplicaHealthReport(rid, time.monotonic(), True, 0, 1.0, 2) for rid in ids
+        )
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
@@ -323,8 +386,9 @@ def registry_memory(entries: int = 8000) -> int:
     return sum(stat.size_diff for stat in after.compare_to(before, "filename"))
 
 
-def bench_health(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS,
-                 window_s: float = WINDOW_S) -> dict:
+def bench_health(
+    sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS, window_s: float = WINDOW_S
+) -> dict:
     pin = load_pin()
     stock = images.ensure_node_image(images.ImageSpec(pin.ray.version, "stock"))
     patched = images.ensure_node_image(images.ImageSpec(pin.ray.version, "patched"))
@@ -333,12 +397,22 @@ def bench_health(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS,
     runs = measure_sizes(patched, sizes, repeats, window_s, started)
     stock_run = measure_stock(stock, middle, window_s, started)
     ingest = measure_ingest(patched, INGEST_WINDOW_S, started)
-    result = {"runs": runs, "stock": stock_run, "ingest": ingest,
-              "registry_bytes": registry_memory(), "sizes": sizes, "repeats": repeats}
+    result = {
+        "runs": runs,
+        "stock": stock_run,
+        "ingest": ingest,
+        "registry_bytes": registry_memory(),
+        "sizes": sizes,
+        "repeats": repeats,
+    }
     _save(result)
     result["detect"] = measure_detection(
-        patched, middle, repeats, started,
-        lambda d: _save({**result, "detect": d, "detect_partial": True}))
+        patched,
+        middle,
+        repeats,
+        started,
+        lambda d: _save({**result, "detect": d, "detect_partial": True}),
+    )
     _save(result)
     return result
 
@@ -347,94 +421,116 @@ def _health_cost(runs: list[dict], replicas: int, mode: str) -> list[float]:
     """Per repeat: the mode's controller CPU per period less the no-health run's."""
     by_repeat = {(r["repeat"], r["mode"]): r for r in runs if r["replicas"] == replicas}
     repeats = sorted({repeat for repeat, _ in by_repeat})
-    return [by_repeat[(k, mode)]["cpu_s"] - by_repeat[(k, "no health checks")]["cpu_s"]
-            for k in repeats]
+    return [
+        by_repeat[(k, mode)]["cpu_s"] - by_repeat[(k, "no health checks")]["cpu_s"] for k in repeats
+    ]
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares slope and intercept."""
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
-             / sum((x - mean_x) ** 2 for x in xs))
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mean_x) ** 2 for x in xs
+    )
     return slope, mean_y - slope * mean_x
 
 
 def _range(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
     middle = statistics.median(values) * scale
-    return (f"{middle:.{digits}f} ({min(values) * scale:.{digits}f}-"
-            f"{max(values) * scale:.{digits}f})")
+    return (
+        f"{middle:.{digits}f} ({min(values) * scale:.{digits}f}-{max(values) * scale:.{digits}f})"
+    )
 
 
 def print_health(result: dict) -> None:
     runs, sizes = result["runs"], result["sizes"]
     print()
-    print(f"health period {PERIOD_S:g} s; zero-CPU replicas on 2 workers; "
-          f"{result['repeats']} repeats per size, modes interleaved; median (min-max)")
+    print(
+        f"health period {PERIOD_S:g} s; zero-CPU replicas on 2 workers; "
+        f"{result['repeats']} repeats per size, modes interleaved; median (min-max)"
+    )
     print()
-    print("| replicas | mode | controller CPU s / period | health CPU s / period "
-          "| probes / period | batches / period | reports / period | control loop ms "
-          "| deployment-state update ms |")
+    print(
+        "| replicas | mode | controller CPU s / period | health CPU s / period "
+        "| probes / period | batches / period | reports / period | control loop ms "
+        "| deployment-state update ms |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for replicas in sizes:
         for mode in MODES:
             rows = [r for r in runs if r["replicas"] == replicas and r["mode"] == mode]
-            health = ("-" if mode == MODES[0]
-                      else _range(_health_cost(runs, replicas, mode)))
-            print(f"| {replicas} | {mode} | {_range([r['cpu_s'] for r in rows])} | {health} "
-                  f"| {_range([r['probes'] for r in rows], digits=1)} "
-                  f"| {_range([r['batches'] for r in rows], digits=1)} "
-                  f"| {_range([r['reports'] for r in rows], digits=1)} "
-                  f"| {_range([r['loop_ms'] for r in rows], digits=1)} "
-                  f"| {_range([r['dsm_update_ms'] for r in rows], digits=2)} |")
+            health = "-" if mode == MODES[0] else _range(_health_cost(runs, replicas, mode))
+            print(
+                f"| {replicas} | {mode} | {_range([r['cpu_s'] for r in rows])} | {health} "
+                f"| {_range([r['probes'] for r in rows], digits=1)} "
+                f"| {_range([r['batches'] for r in rows], digits=1)} "
+                f"| {_range([r['reports'] for r in rows], digits=1)} "
+                f"| {_range([r['loop_ms'] for r in rows], digits=1)} "
+                f"| {_range([r['dsm_update_ms'] for r in rows], digits=2)} |"
+            )
     print()
     print("| replicas | push / pull health CPU (median; worst repeat) | target |")
     print("|---:|---:|---|")
     for replicas in sizes:
         pull, push = (_health_cost(runs, replicas, m) for m in ("pull", "push"))
         ratios = [s / p if p > 0 else float("inf") for s, p in zip(push, pull, strict=True)]
-        print(f"| {replicas} | {statistics.median(push) / statistics.median(pull):.2f}; "
-              f"{max(ratios):.2f} | at most 0.20 |")
+        print(
+            f"| {replicas} | {statistics.median(push) / statistics.median(pull):.2f}; "
+            f"{max(ratios):.2f} | at most 0.20 |"
+        )
     print()
     slopes = {}
     for mode in ("pull", "push"):
         xs = [float(n) for n in sizes for _ in _health_cost(runs, n, mode)]
         ys = [c for n in sizes for c in _health_cost(runs, n, mode)]
         slopes[mode], intercept = _fit(xs, ys)
-        print(f"{mode}: health CPU per period = {slopes[mode] * 1e3:.3f} ms x replicas "
-              f"{intercept * 1e3:+.1f} ms (least squares over {len(ys)} runs)")
+        print(
+            f"{mode}: health CPU per period = {slopes[mode] * 1e3:.3f} ms x replicas "
+            f"{intercept * 1e3:+.1f} ms (least squares over {len(ys)} runs)"
+        )
     stock = result["stock"]
     stock_cost = stock["pull"]["cpu_s"] - stock["idle"]["cpu_s"]
     patched_pull = statistics.median(_health_cost(runs, stock["replicas"], "pull"))
-    print(f"cross-check, stock 2.60.0 pull at {stock['replicas']} replicas: health CPU "
-          f"{stock_cost:.3f} s / period, {stock['pull']['probes']:.1f} probes / period "
-          f"(patched image, flag off: {patched_pull:.3f} s)")
+    print(
+        f"cross-check, stock 2.60.0 pull at {stock['replicas']} replicas: health CPU "
+        f"{stock_cost:.3f} s / period, {stock['pull']['probes']:.1f} probes / period "
+        f"(patched image, flag off: {patched_pull:.3f} s)"
+    )
     print()
     detect = result["detect"]
-    print(f"time to detect (s), {stock['replicas']} replicas, "
-          f"{len(detect.get('pull', []))} samples each; fault to the controller's verdict "
-          "(threshold reached, or actor crashed); median (min-max)")
+    print(
+        f"time to detect (s), {stock['replicas']} replicas, "
+        f"{len(detect.get('pull', []))} samples each; fault to the controller's verdict "
+        "(threshold reached, or actor crashed); median (min-max)"
+    )
     print()
     print("| fault | pull | push |")
     print("|---|---:|---:|")
-    for fault in (detect["pull"][0]["seconds"] if detect.get("pull") else {}):
+    for fault in detect["pull"][0]["seconds"] if detect.get("pull") else {}:
         cells = []
         for mode in ("pull", "push"):
             times = [sample["seconds"][fault] for sample in detect[mode]]
             found = [t for t in times if t is not None]
             missed = len(times) - len(found)
-            cells.append((_range(found, digits=1) if found else "")
-                         + (f" ({missed} not detected)" if missed else ""))
+            cells.append(
+                (_range(found, digits=1) if found else "")
+                + (f" ({missed} not detected)" if missed else "")
+            )
         print(f"| {fault} | " + " | ".join(cells) + " |")
     ingest = result["ingest"]
     print()
-    print(f"ingest at {INGEST['nodes'] * INGEST['replicas_per_node']} replicas "
-          f"({INGEST['nodes']} simulated nodes x {INGEST['replicas_per_node']}, period "
-          f"{INGEST['period_s']:g} s, {ingest['seconds']:.0f} s): the controller received "
-          f"{ingest['calls']:.0f} calls and {ingest['reports']:.0f} reports "
-          f"(senders sent {ingest['sent']['calls']} and {ingest['sent']['reports']}); "
-          f"{ingest['cpu_s_per_s']:.3f} controller CPU-s/s above its "
-          f"{ingest['idle_cpu_s_per_s']:.3f} without them (target: under 0.1)")
+    print(
+        f"ingest at {INGEST['nodes'] * INGEST['replicas_per_node']} replicas "
+        f"({INGEST['nodes']} simulated nodes x {INGEST['replicas_per_node']}, period "
+        f"{INGEST['period_s']:g} s, {ingest['seconds']:.0f} s): the controller received "
+        f"{ingest['calls']:.0f} calls and {ingest['reports']:.0f} reports "
+        f"(senders sent {ingest['sent']['calls']} and {ingest['sent']['reports']}); "
+        f"{ingest['cpu_s_per_s']:.3f} controller CPU-s/s above its "
+        f"{ingest['idle_cpu_s_per_s']:.3f} without them (target: under 0.1)"
+    )
     print(f"registry memory at 8000 entries: {result['registry_bytes'] / 1024:.0f} KiB")
     replicas = INGEST["nodes"] * INGEST["replicas_per_node"]
-    print(f"extrapolated from pull's slope: {replicas} replicas at {INGEST['period_s']:g} s "
-          f"cost pull {slopes['pull'] * replicas / INGEST['period_s']:.2f} CPU-s/s")
+    print(
+        f"extrapolated from pull's slope: {replicas} replicas at {INGEST['period_s']:g} s "
+        f"cost pull {slopes['pull'] * replicas / INGEST['period_s']:.2f} CPU-s/s"
+    )

@@ -37,47 +37,79 @@ REPEATS = 3  # runs per kind and client count; the table shows their medians
 
 
 def _app() -> dict:
-    return appconfigs.deploy_config(appconfigs.echo_app(
-        num_replicas=2, max_replicas_per_node=None, max_ongoing_requests=200,
-        ray_actor_options={"num_cpus": 0, "resources": {"w": 1}}))
+    return appconfigs.deploy_config(
+        appconfigs.echo_app(
+            num_replicas=2,
+            max_replicas_per_node=None,
+            max_ongoing_requests=200,
+            ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+        )
+    )
 
 
 def _row(history: History, connections: int) -> dict:
     rows = history.requests
     span = max(r.end for r in rows) - min(r.start for r in rows)
     latencies = sorted(r.end - r.start for r in rows)
-    return {"requests": len(rows), "failed": sum(not r.ok for r in rows),
-            "per_s": len(rows) / span, "p50_ms": percentile(latencies, 50) * 1000,
-            "p99_ms": percentile(latencies, 99) * 1000,
-            "connections_per_request": connections / len(rows)}
+    return {
+        "requests": len(rows),
+        "failed": sum(not r.ok for r in rows),
+        "per_s": len(rows) / span,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+        "connections_per_request": connections / len(rows),
+    }
 
 
 def _median(runs: list[dict]) -> dict:
     """Each measure's median over the repeats; counts summed."""
-    return {key: (sum(r[key] for r in runs) if key in ("requests", "failed")
-                  else statistics.median(r[key] for r in runs)) for key in runs[0]}
+    return {
+        key: (
+            sum(r[key] for r in runs)
+            if key in ("requests", "failed")
+            else statistics.median(r[key] for r in runs)
+        )
+        for key in runs[0]
+    }
 
 
 def measure(tag: str, enabled: bool) -> dict:
-    config = ClusterConfig(image=tag, name="rayspot-bench-keepalive", workers=1,
-                           env={SETTING: "1" if enabled else "0"},
-                           worker_resources={"w": 10})
+    config = ClusterConfig(
+        image=tag,
+        name="rayspot-bench-keepalive",
+        workers=1,
+        env={SETTING: "1" if enabled else "0"},
+        worker_resources={"w": 10},
+    )
     result = {}
     with Cluster(config) as cluster:
         cluster.deploy(_app())
         for kind, (path, per_client) in KINDS.items():
             for clients in CLIENTS:
-                print(f"bench-keepalive: {SETTING}={int(enabled)}, {kind}, {clients} clients",
-                      flush=True)
+                print(
+                    f"bench-keepalive: {SETTING}={int(enabled)}, {kind}, {clients} clients",
+                    flush=True,
+                )
                 # A short warm-up, not measured: the first connections and replicas' caches.
-                asyncio.run(closed_loop(cluster.head.ip, SERVE_PORT, clients, clients,
-                                        History(), path, kind=kind))
+                asyncio.run(
+                    closed_loop(
+                        cluster.head.ip, SERVE_PORT, clients, clients, History(), path, kind=kind
+                    )
+                )
                 runs = []
                 for _ in range(REPEATS):
                     history = History()
-                    opened = asyncio.run(closed_loop(cluster.head.ip, SERVE_PORT,
-                                                     clients * per_client, clients, history,
-                                                     path, kind=kind))
+                    opened = asyncio.run(
+                        closed_loop(
+                            cluster.head.ip,
+                            SERVE_PORT,
+                            clients * per_client,
+                            clients,
+                            history,
+                            path,
+                            kind=kind,
+                        )
+                    )
                     runs.append(_row(history, opened))
                 result[f"{kind}/{clients}"] = {**_median(runs), "runs": runs}
     return result
@@ -94,18 +126,24 @@ def bench_keepalive() -> dict:
 def print_keepalive(result: dict) -> None:
     print()
     print(f"Medians of {REPEATS} runs; requests and failed are totals.")
-    print(f"| kind / clients | {SETTING} | requests | failed | per s | p50 ms | p99 ms "
-          f"| connections per request |")
+    print(
+        f"| kind / clients | {SETTING} | requests | failed | per s | p50 ms | p99 ms "
+        f"| connections per request |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for key in result["off"]:
         for setting in ("off", "on"):
             row = result[setting][key]
-            print(f"| {key} | {setting} | {row['requests']} | {row['failed']} "
-                  f"| {row['per_s']:,.1f} | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} "
-                  f"| {row['connections_per_request']:.3f} |")
+            print(
+                f"| {key} | {setting} | {row['requests']} | {row['failed']} "
+                f"| {row['per_s']:,.1f} | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} "
+                f"| {row['connections_per_request']:.3f} |"
+            )
     print()
     for key in result["off"]:
         off, on = result["off"][key], result["on"][key]
-        print(f"{key}: on/off requests per s {on['per_s'] / off['per_s']:.2f}x, "
-              f"p50 {on['p50_ms'] / off['p50_ms']:.2f}x, connections per request "
-              f"{off['connections_per_request']:.3f} -> {on['connections_per_request']:.3f}")
+        print(
+            f"{key}: on/off requests per s {on['per_s'] / off['per_s']:.2f}x, "
+            f"p50 {on['p50_ms'] / off['p50_ms']:.2f}x, connections per request "
+            f"{off['connections_per_request']:.3f} -> {on['connections_per_request']:.3f}"
+        )

@@ -38,25 +38,33 @@ def bench_load(requests: int = 3000, connections: int = 32, open_loop_s: float =
         cluster.wait_lb_ready()
         port = cluster.config.lb_port
 
-        print(f"bench: 1/3 cluster rate, {requests} requests over {connections} connections",
-              flush=True)
+        print(
+            f"bench: 1/3 cluster rate, {requests} requests over {connections} connections",
+            flush=True,
+        )
         served = History()
         asyncio.run(closed_loop("127.0.0.1", port, requests, connections, served))
         cluster_rps = _rate(served)
 
-        print(f"bench: 2/3 generator capacity against /-/null, {requests * 3} requests",
-              flush=True)
+        print(f"bench: 2/3 generator capacity against /-/null, {requests * 3} requests", flush=True)
         null = History()
-        asyncio.run(closed_loop("127.0.0.1", port, requests * 3, connections, null,
-                                path="/-/null"))
+        asyncio.run(closed_loop("127.0.0.1", port, requests * 3, connections, null, path="/-/null"))
         generator_rps = _rate(null)
 
         offered = 3 * cluster_rps
-        print(f"bench: 3/3 open loop at 3x the cluster rate ({offered:.0f}/s) for "
-              f"{open_loop_s:.0f}s against /-/null", flush=True)
+        print(
+            f"bench: 3/3 open loop at 3x the cluster rate ({offered:.0f}/s) for "
+            f"{open_loop_s:.0f}s against /-/null",
+            flush=True,
+        )
         paced = History()
-        spec = LoadSpec(rate=offered, duration_s=open_loop_s, connections=connections * 2,
-                        mix=Mix(short_path="/-/null"), timeout_s=10)
+        spec = LoadSpec(
+            rate=offered,
+            duration_s=open_loop_s,
+            connections=connections * 2,
+            mix=Mix(short_path="/-/null"),
+            timeout_s=10,
+        )
         asyncio.run(open_loop("127.0.0.1", port, spec, paced))
         # A request that never got a connection was not sent: it has no lag.
         sent = [r for r in paced.requests if r.sent]
@@ -64,10 +72,13 @@ def bench_load(requests: int = 3000, connections: int = 32, open_loop_s: float =
         starts = [r.start for r in sent]
         achieved = len(starts) / (max(starts) - min(starts))
     return {
-        "cluster_rps": cluster_rps, "cluster_failures": _failures(served),
-        "generator_rps": generator_rps, "generator_failures": _failures(null),
+        "cluster_rps": cluster_rps,
+        "cluster_failures": _failures(served),
+        "generator_rps": generator_rps,
+        "generator_failures": _failures(null),
         "ratio": generator_rps / cluster_rps,
-        "open_loop_offered_rps": offered, "open_loop_sent": len(sent),
+        "open_loop_offered_rps": offered,
+        "open_loop_sent": len(sent),
         "open_loop_achieved_rps": achieved,
         "open_loop_lag_p50_ms": percentile(lags, 50) * 1000 if lags else None,
         "open_loop_lag_p99_ms": percentile(lags, 99) * 1000 if lags else None,
@@ -79,15 +90,22 @@ def print_load(result: dict) -> None:
     print()
     print("| measure | requests/s | failures |")
     print("|---|---:|---:|")
-    print(f"| cluster (echo through the front LB, closed loop) | {result['cluster_rps']:,.0f} "
-          f"| {result['cluster_failures']} |")
-    print(f"| generator alone (front LB answers /-/null) | {result['generator_rps']:,.0f} "
-          f"| {result['generator_failures']} |")
+    print(
+        f"| cluster (echo through the front LB, closed loop) | {result['cluster_rps']:,.0f} "
+        f"| {result['cluster_failures']} |"
+    )
+    print(
+        f"| generator alone (front LB answers /-/null) | {result['generator_rps']:,.0f} "
+        f"| {result['generator_failures']} |"
+    )
     print(f"| open loop offered at 3x cluster | {result['open_loop_offered_rps']:,.0f} | |")
-    print(f"| open loop achieved | {result['open_loop_achieved_rps']:,.0f} "
-          f"| {result['open_loop_failures']} |")
+    print(
+        f"| open loop achieved | {result['open_loop_achieved_rps']:,.0f} "
+        f"| {result['open_loop_failures']} |"
+    )
     print()
-    print(f"generator capacity / cluster rate = {result['ratio']:.1f}x "
-          f"(target: at least 3x)")
-    print(f"open loop at 3x: start lag p50 {result['open_loop_lag_p50_ms']:.1f} ms, "
-          f"p99 {result['open_loop_lag_p99_ms']:.1f} ms")
+    print(f"generator capacity / cluster rate = {result['ratio']:.1f}x (target: at least 3x)")
+    print(
+        f"open loop at 3x: start lag p50 {result['open_loop_lag_p50_ms']:.1f} ms, "
+        f"p99 {result['open_loop_lag_p99_ms']:.1f} ms"
+    )

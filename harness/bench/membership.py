@@ -43,21 +43,32 @@ UPDATE_LATENCY = "ray_serve_haproxy_update_latency_s"
 
 
 def _app() -> dict:
-    return appconfigs.deploy_config(appconfigs.echo_app(
-        num_replicas=REPLICAS, max_replicas_per_node=None,
-        ray_actor_options={"num_cpus": 0, "resources": {"w": 0.01}}))
+    return appconfigs.deploy_config(
+        appconfigs.echo_app(
+            num_replicas=REPLICAS,
+            max_replicas_per_node=None,
+            ray_actor_options={"num_cpus": 0, "resources": {"w": 0.01}},
+        )
+    )
 
 
 def _update_latency(cluster: Cluster) -> tuple[float, float]:
     """The head HAProxy manager's own update histogram: (sum, count)."""
-    return (cluster.metric_total(f"{UPDATE_LATENCY}_sum"),
-            cluster.metric_total(f"{UPDATE_LATENCY}_count"))
+    return (
+        cluster.metric_total(f"{UPDATE_LATENCY}_sum"),
+        cluster.metric_total(f"{UPDATE_LATENCY}_count"),
+    )
 
 
 def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
-    config = ClusterConfig(image=tag, name="rayspot-bench-membership", workers=1,
-                           env={**env, "RAY_metrics_report_interval_ms": "1000"},
-                           worker_resources={"w": 10}, metrics_port=METRICS_PORT)
+    config = ClusterConfig(
+        image=tag,
+        name="rayspot-bench-membership",
+        workers=1,
+        env={**env, "RAY_metrics_report_interval_ms": "1000"},
+        worker_resources={"w": 10},
+        metrics_port=METRICS_PORT,
+    )
     started = time.monotonic()
     samples = []
     with Cluster(config) as cluster:
@@ -68,22 +79,28 @@ def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
         for number in range(rounds):
             sample = cluster.exec_head(args, check=False)
             if sample.get("error"):
-                raise HarnessError(f"bench-membership {label}, round {number + 1}: "
-                                   f"{sample['error']}")
+                raise HarnessError(
+                    f"bench-membership {label}, round {number + 1}: {sample['error']}"
+                )
             samples.append(sample)
-            print(f"bench-membership {label}: round {number + 1}/{rounds}: replica RUNNING "
-                  f"{sample['started_s']:.2f}s after the change, routed "
-                  f"{sample['routed_s'] * 1000:+.0f} ms later, "
-                  f"{sample['haproxy_processes_started']} HAProxy processes started "
-                  f"({time.monotonic() - started:.0f}s so far)", flush=True)
+            print(
+                f"bench-membership {label}: round {number + 1}/{rounds}: replica RUNNING "
+                f"{sample['started_s']:.2f}s after the change, routed "
+                f"{sample['routed_s'] * 1000:+.0f} ms later, "
+                f"{sample['haproxy_processes_started']} HAProxy processes started "
+                f"({time.monotonic() - started:.0f}s so far)",
+                flush=True,
+            )
         time.sleep(3)
         after = _update_latency(cluster)
     updates = after[1] - before[1]
     routed = sorted(s["routed_s"] for s in samples)
     return {
-        "label": label, "changes": 2 * len(samples),
+        "label": label,
+        "changes": 2 * len(samples),
         "reloads": sum(s["haproxy_processes_started"] for s in samples),
-        "routed_p50": percentile(routed, 50), "routed_p99": percentile(routed, 99),
+        "routed_p50": percentile(routed, 50),
+        "routed_p99": percentile(routed, 99),
         "routed_mean": statistics.fmean(routed),
         "started_p50": percentile(sorted(s["started_s"] for s in samples), 50),
         "updates": updates,
@@ -106,18 +123,27 @@ def print_membership(results: list[dict]) -> None:
     print()
     print(f"one app, {REPLICAS} <-> {REPLICAS + 1} replicas on a worker; the head's HAProxy")
     print()
-    print("| configuration | changes | HAProxy reloads | reloads / change "
-          "| RUNNING -> routed p50 | p99 | mean | manager's update, mean (n) "
-          "| change -> RUNNING p50 |")
+    print(
+        "| configuration | changes | HAProxy reloads | reloads / change "
+        "| RUNNING -> routed p50 | p99 | mean | manager's update, mean (n) "
+        "| change -> RUNNING p50 |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        update = ("-" if r["update_mean"] is None
-                  else f"{r['update_mean'] * 1000:.0f} ms ({r['updates']:.0f})")
-        print(f"| {r['label']} | {r['changes']} | {r['reloads']} "
-              f"| {r['reloads'] / r['changes']:.2f} | {r['routed_p50'] * 1000:.0f} ms "
-              f"| {r['routed_p99'] * 1000:.0f} ms | {r['routed_mean'] * 1000:.0f} ms "
-              f"| {update} | {r['started_p50']:.2f} s |")
+        update = (
+            "-"
+            if r["update_mean"] is None
+            else f"{r['update_mean'] * 1000:.0f} ms ({r['updates']:.0f})"
+        )
+        print(
+            f"| {r['label']} | {r['changes']} | {r['reloads']} "
+            f"| {r['reloads'] / r['changes']:.2f} | {r['routed_p50'] * 1000:.0f} ms "
+            f"| {r['routed_p99'] * 1000:.0f} ms | {r['routed_mean'] * 1000:.0f} ms "
+            f"| {update} | {r['started_p50']:.2f} s |"
+        )
     print()
-    print(f"RUNNING -> routed, patched / stock: p50 "
-          f"{patched['routed_p50'] / stock['routed_p50']:.2f}x, p99 "
-          f"{patched['routed_p99'] / stock['routed_p99']:.2f}x")
+    print(
+        f"RUNNING -> routed, patched / stock: p50 "
+        f"{patched['routed_p50'] / stock['routed_p50']:.2f}x, p99 "
+        f"{patched['routed_p99'] / stock['routed_p99']:.2f}x"
+    )

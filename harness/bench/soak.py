@@ -48,20 +48,29 @@ CONFIGS: dict[str, Ladder | None] = {LADDER_CONFIG: Ladder(), "Ray 2.60.0 defaul
 def _apps(ladder: Ladder | None) -> dict:
     if ladder is None:
         return appconfigs.deploy_config(*appconfigs.workload_apps())
-    return appconfigs.deploy_config(*appconfigs.workload_apps(**ladder.deployment_options()),
-                                    http_options=ladder.http_options())
+    return appconfigs.deploy_config(
+        *appconfigs.workload_apps(**ladder.deployment_options()), http_options=ladder.http_options()
+    )
 
 
-async def _preempt_on_schedule(cluster: Cluster, history: History, duration_s: float,
-                               interval_s: float, started: float, label: str) -> int:
+async def _preempt_on_schedule(
+    cluster: Cluster,
+    history: History,
+    duration_s: float,
+    interval_s: float,
+    started: float,
+    label: str,
+) -> int:
     """Notices at FIRST_NOTICE_S, then every `interval_s`, each on the oldest
     live worker; a replacement joins after each kill. Returns how many."""
     count, due = 0, started + FIRST_NOTICE_S
     while due + NOTICE.notice_s + TAIL_S <= started + duration_s:
         await asyncio.sleep(max(0.0, due - time.time()))
         target = next(w for w in cluster.workers if _running(w))
-        print(f"soak {label}: spot notice for {target.name} at "
-              f"+{time.time() - started:.0f}s", flush=True)
+        print(
+            f"soak {label}: spot notice for {target.name} at +{time.time() - started:.0f}s",
+            flush=True,
+        )
         await spot_preemption(cluster, target, history, NOTICE)
         await asyncio.to_thread(cluster.add_worker)
         count += 1
@@ -74,8 +83,9 @@ def _running(node) -> bool:
     return node.container.status == "running"
 
 
-def one_run(tag: str, label: str, ladder: Ladder | None, duration_s: float,
-            interval_s: float, rate: float) -> tuple[History, checker.Verdict]:
+def one_run(
+    tag: str, label: str, ladder: Ladder | None, duration_s: float, interval_s: float, rate: float
+) -> tuple[History, checker.Verdict]:
     # Ray's defaults are the comparison, not the claim: `analyze` judges their
     # runs for the report without failing on them, as `make soak` does.
     history = History({"label": label, "claim": ladder is not None})
@@ -84,41 +94,54 @@ def one_run(tag: str, label: str, ladder: Ladder | None, duration_s: float,
     # The client waits longer than any server-side bound, so what it records is
     # the cluster's answer, not its own impatience.
     timeout_s = (ladder.request_timeout_s if ladder else 60.0) + 30
-    with Cluster(ClusterConfig(image=tag, name="rayspot-soak", workers=2, env=env,
-                               worker_resources={"w": 10})) as cluster:
+    with Cluster(
+        ClusterConfig(
+            image=tag, name="rayspot-soak", workers=2, env=env, worker_resources={"w": 10}
+        )
+    ) as cluster:
         cluster.deploy(_apps(ladder), timeout_s=300)
         cluster.wait_lb_ready(cluster.nodes)
 
         async def main() -> int:
             started = time.time()
-            spec = LoadSpec(rate=rate, duration_s=duration_s, connections=128,
-                            mix=Mix(short=0.85, long=0.10, stream=0.05, long_s=long_s,
-                                    long_path="/long/"),
-                            timeout_s=timeout_s)
-            load = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec,
-                                                 history))
-            preemptions = await _preempt_on_schedule(cluster, history, duration_s,
-                                                     interval_s, started, label)
+            spec = LoadSpec(
+                rate=rate,
+                duration_s=duration_s,
+                connections=128,
+                mix=Mix(short=0.85, long=0.10, stream=0.05, long_s=long_s, long_path="/long/"),
+                timeout_s=timeout_s,
+            )
+            load = asyncio.create_task(
+                open_loop("127.0.0.1", cluster.config.lb_port, spec, history)
+            )
+            preemptions = await _preempt_on_schedule(
+                cluster, history, duration_s, interval_s, started, label
+            )
             await load
             return preemptions
 
         preemptions = asyncio.run(main())
     verdict = checker.check(history)
-    print(f"soak {label}: {verdict.requests:,} requests, {verdict.failures:,} failed, "
-          f"{preemptions} preemptions -> {verdict.result}", flush=True)
+    print(
+        f"soak {label}: {verdict.requests:,} requests, {verdict.failures:,} failed, "
+        f"{preemptions} preemptions -> {verdict.result}",
+        flush=True,
+    )
     return history, verdict
 
 
-def soak(runs: int, minutes: float, interval_s: float = 180.0,
-         rate: float = 20.0) -> dict[str, list[checker.Verdict]]:
+def soak(
+    runs: int, minutes: float, interval_s: float = 180.0, rate: float = 20.0
+) -> dict[str, list[checker.Verdict]]:
     """Every configuration `runs` times, each run `minutes` long, on the patched
     image with every flag at its default. Writes build/results/soak/ (report,
     timelines, histories) as it goes."""
     spec = images.ImageSpec(load_pin().ray.version, "patched")
     tag = images.ensure_node_image(spec)
     total = len(CONFIGS) * runs
-    title = (f"Soak: {runs} x {minutes:g} min per configuration, a spot notice every "
-             f"{interval_s:g} s")
+    title = (
+        f"Soak: {runs} x {minutes:g} min per configuration, a spot notice every {interval_s:g} s"
+    )
     started = time.monotonic()
     results: dict[str, list[checker.Verdict]] = {}
     recorded: dict[str, tuple[History, checker.Verdict]] = {}
@@ -126,8 +149,11 @@ def soak(runs: int, minutes: float, interval_s: float = 180.0,
     for config, ladder in CONFIGS.items():
         for number in range(1, runs + 1):
             label = f"{config} #{number}"
-            print(f"soak: run {len(recorded) + 1} of {total} ({label}, {minutes:g} min; "
-                  f"{(time.monotonic() - started) / 60:.1f} min so far)", flush=True)
+            print(
+                f"soak: run {len(recorded) + 1} of {total} ({label}, {minutes:g} min; "
+                f"{(time.monotonic() - started) / 60:.1f} min so far)",
+                flush=True,
+            )
             history, verdict = one_run(tag, label, ladder, minutes * 60, interval_s, rate)
             # What `analyze` needs to lay the runs out as this report does.
             history.meta.update(order=len(recorded), title=title)

@@ -1,1 +1,2 @@
-"""The Docker boundary: images, clusters, the front load balancer, the in-cluster agent and the apps."""
+"""The Docker boundary: images, clusters, the front load balancer, the in-cluster
+agent and the apps."""

@@ -121,15 +121,28 @@ class Cluster:
         self._owns_name = True
         started = time.monotonic()
         self.network = self._create_network()
-        self.head = self._start_node("head", [
-            "ray", "start", "--head", "--block", f"--port={HEAD_PORT}",
-            "--include-dashboard=false", "--disable-usage-stats", *self._resource_args()])
+        self.head = self._start_node(
+            "head",
+            [
+                "ray",
+                "start",
+                "--head",
+                "--block",
+                f"--port={HEAD_PORT}",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                *self._resource_args(),
+            ],
+        )
         self._wait(lambda: self._port_open(self.head, HEAD_PORT), "the head's GCS", 60)
         _progress(f"head up at {self.head.ip}", started)
         for i in range(1, cfg.workers + 1):
             self.workers.append(self._start_worker(i))
-        self._wait(lambda: len(self.alive_ray_nodes()) == len(self.nodes),
-                   f"{len(self.nodes)} Ray nodes alive", 120)
+        self._wait(
+            lambda: len(self.alive_ray_nodes()) == len(self.nodes),
+            f"{len(self.nodes)} Ray nodes alive",
+            120,
+        )
         _progress(f"{len(self.nodes)} Ray nodes alive", started)
         self.lb = self._start_lb()
         _progress(f"front load balancer on {self.url}", started)
@@ -143,17 +156,24 @@ class Cluster:
         started = time.monotonic()
         node = self._start_worker(len(self.workers) + 1)
         self.workers.append(node)
-        self._wait(lambda: node.ip in {n["NodeManagerAddress"] for n in self.alive_ray_nodes()},
-                   f"{node.name} to join the cluster", 120)
+        self._wait(
+            lambda: node.ip in {n["NodeManagerAddress"] for n in self.alive_ray_nodes()},
+            f"{node.name} to join the cluster",
+            120,
+        )
         # A dynamic server does not inherit `default-server`: give it the same check.
         # HAProxy 2.8 counts a server it enables (or whose checks it enables) UP,
         # "UP 1/2", and sends it traffic until `fall` checks fail, even if its
         # health was set down first. So: out of maintenance into drain (no new
         # traffic), checks on, health down, then ready: DOWN until `rise` checks pass.
         server = f"nodes/{node.name}"
-        for command in (f"add server {server} {node.ip}:{SERVE_PORT} check {LB_CHECK}",
-                        f"set server {server} state drain", f"enable health {server}",
-                        f"set server {server} health down", f"set server {server} state ready"):
+        for command in (
+            f"add server {server} {node.ip}:{SERVE_PORT} check {LB_CHECK}",
+            f"set server {server} state drain",
+            f"enable health {server}",
+            f"set server {server} health down",
+            f"set server {server} state ready",
+        ):
             answer = self._lb_command(command).strip()
             if answer and "New server registered" not in answer:
                 raise HarnessError(f"the front LB refused `{command}`: {answer}")
@@ -170,8 +190,7 @@ class Cluster:
     # ------------------------------------------------------------------ nodes
 
     def _labels(self, role: str) -> dict[str, str]:
-        return {engine.LABEL: "1", engine.CLUSTER_LABEL: self.config.name,
-                engine.ROLE_LABEL: role}
+        return {engine.LABEL: "1", engine.CLUSTER_LABEL: self.config.name, engine.ROLE_LABEL: role}
 
     def _create_network(self):
         """A bridge with a subnet of its own choosing: only a network with a
@@ -181,37 +200,64 @@ class Cluster:
 
         name = f"{self.config.name}-net"
         for third in range(200, 256):
-            ipam = docker.types.IPAMConfig(pool_configs=[
-                docker.types.IPAMPool(subnet=f"10.{third}.{sum(map(ord, name)) % 256}.0/24")])
+            ipam = docker.types.IPAMConfig(
+                pool_configs=[
+                    docker.types.IPAMPool(subnet=f"10.{third}.{sum(map(ord, name)) % 256}.0/24")
+                ]
+            )
             try:
-                return engine.client().networks.create(name, driver="bridge", ipam=ipam,
-                                                       labels=self._labels("network"))
+                return engine.client().networks.create(
+                    name, driver="bridge", ipam=ipam, labels=self._labels("network")
+                )
             except docker.errors.APIError as exc:
                 if "overlap" not in str(exc).lower():
                     raise
-        raise HarnessError("no free /24 subnet for the cluster network in 10.200-255.x.0; "
-                           "remove unused Docker networks (`docker network prune`).")
+        raise HarnessError(
+            "no free /24 subnet for the cluster network in 10.200-255.x.0; "
+            "remove unused Docker networks (`docker network prune`)."
+        )
 
     def _resource_args(self) -> list[str]:
-        return [f"--num-cpus={self.config.num_cpus}",
-                f"--object-store-memory={self.config.object_store_bytes}",
-                *([f"--metrics-export-port={self.config.metrics_port}"]
-                  if self.config.metrics_port else [])]
+        return [
+            f"--num-cpus={self.config.num_cpus}",
+            f"--object-store-memory={self.config.object_store_bytes}",
+            *(
+                [f"--metrics-export-port={self.config.metrics_port}"]
+                if self.config.metrics_port
+                else []
+            ),
+        ]
 
     def _start_worker(self, number: int) -> Node:
         cfg = self.config
-        return self._start_node(f"worker-{number}", [
-            "ray", "start", f"--address={self.head.ip}:{HEAD_PORT}", "--block",
-            *self._resource_args(),
-            *([f"--resources={json.dumps(cfg.worker_resources)}"]
-              if cfg.worker_resources else [])])
+        return self._start_node(
+            f"worker-{number}",
+            [
+                "ray",
+                "start",
+                f"--address={self.head.ip}:{HEAD_PORT}",
+                "--block",
+                *self._resource_args(),
+                *(
+                    [f"--resources={json.dumps(cfg.worker_resources)}"]
+                    if cfg.worker_resources
+                    else []
+                ),
+            ],
+        )
 
     def _start_node(self, role: str, command: list[str]) -> Node:
         cfg = self.config
         name = f"{cfg.name}-{role}"
         container = engine.client().containers.run(
-            cfg.image, command, name=name, hostname=role, detach=True,
-            network=self.network.name, environment=cfg.node_env, shm_size=cfg.shm_size,
+            cfg.image,
+            command,
+            name=name,
+            hostname=role,
+            detach=True,
+            network=self.network.name,
+            environment=cfg.node_env,
+            shm_size=cfg.shm_size,
             labels=self._labels("head" if role == "head" else "worker"),
             volumes={str(ROOT / "harness"): {"bind": f"{HARNESS_MOUNT}/harness", "mode": "ro"}},
         )
@@ -222,7 +268,9 @@ class Cluster:
     def _start_syslog(self, node: Node) -> None:
         """HAProxy logs to 127.0.0.1:514 by default; keep them in the node's
         /tmp/haproxy.log so a scenario can read routing and termination states."""
-        node.container.exec_run(["python", "-m", "harness.cluster.incluster", "syslog"], detach=True)
+        node.container.exec_run(
+            ["python", "-m", "harness.cluster.incluster", "syslog"], detach=True
+        )
 
     def haproxy_log(self, node: Node) -> list[str]:
         _, out = engine.exec_in(node.container, ["cat", "/tmp/haproxy.log"], check=False)
@@ -235,26 +283,37 @@ class Cluster:
     def _start_lb(self) -> Node:
         cfg = self.config
         container = engine.client().containers.create(
-            cfg.image, [HAPROXY_BIN, "-db", "-f", "/etc/lb/haproxy.cfg"],
-            name=f"{cfg.name}-lb", hostname="lb", network=self.network.name,
-            labels=self._labels("lb"), ports={f"{SERVE_PORT}/tcp": ("127.0.0.1", cfg.lb_port)})
+            cfg.image,
+            [HAPROXY_BIN, "-db", "-f", "/etc/lb/haproxy.cfg"],
+            name=f"{cfg.name}-lb",
+            hostname="lb",
+            network=self.network.name,
+            labels=self._labels("lb"),
+            ports={f"{SERVE_PORT}/tcp": ("127.0.0.1", cfg.lb_port)},
+        )
         container.put_archive("/etc", _tar_one("lb/haproxy.cfg", lb_config(self.nodes)))
         container.start()
         node = Node("lb", container, self._ip(container))
-        self._wait(lambda: container.reload() or container.status == "running",
-                   "the front load balancer", 15)
+        self._wait(
+            lambda: container.reload() or container.status == "running",
+            "the front load balancer",
+            15,
+        )
         return node
 
     # ------------------------------------------------------------------ queries
 
     def exec_head(self, args: list[str], check: bool = True) -> object:
         """Run `python -m harness.cluster.incluster ARGS` in the head; its JSON answer."""
-        code, out = engine.exec_in(self.head.container,
-                                   ["python", "-m", "harness.cluster.incluster", *args], check=check)
+        code, out = engine.exec_in(
+            self.head.container, ["python", "-m", "harness.cluster.incluster", *args], check=check
+        )
         lines = [line for line in out.strip().splitlines() if line.startswith(("{", "["))]
         if not lines:
-            raise HarnessError(f"no answer from `harness.cluster.incluster {args[0]}` (exit {code}):\n"
-                               f"{out[-2000:]}")
+            raise HarnessError(
+                f"no answer from `harness.cluster.incluster {args[0]}` (exit {code}):\n"
+                f"{out[-2000:]}"
+            )
         return json.loads(lines[-1])
 
     def alive_ray_nodes(self) -> list[dict]:
@@ -268,15 +327,19 @@ class Cluster:
         args = ["deploy", json.dumps(config), "--timeout", str(timeout_s if wait else 0)]
         result = self.exec_head(args, check=False)
         if result.get("error"):
-            raise HarnessError(f"deploying {sorted(result['applications'])} failed: "
-                               f"{result['error']}")
+            raise HarnessError(
+                f"deploying {sorted(result['applications'])} failed: {result['error']}"
+            )
         return result
 
     def ray_node_ids(self) -> dict[str, str]:
         """Container name -> Ray node id (hex) of every alive node, matched by IP,
         from one question to the GCS."""
-        by_ip = {info["NodeManagerAddress"]: info["NodeID"]
-                 for info in self.exec_head(["nodes"]) if info["Alive"]}
+        by_ip = {
+            info["NodeManagerAddress"]: info["NodeID"]
+            for info in self.exec_head(["nodes"])
+            if info["Alive"]
+        }
         return {node.name: by_ip[node.ip] for node in self.nodes if node.ip in by_ip}
 
     def ray_node_id(self, node: Node) -> str:
@@ -297,8 +360,9 @@ class Cluster:
 
     def replica_names(self, app: str, deployment: str) -> set[str]:
         """Actor names of a deployment's alive replicas (they embed the replica id)."""
-        return {a["name"] for actors in self.replicas_by_node(app, deployment).values()
-                for a in actors}
+        return {
+            a["name"] for actors in self.replicas_by_node(app, deployment).values() for a in actors
+        }
 
     def replicas_by_node(self, app: str, deployment: str) -> dict[str, list[dict]]:
         """Alive replica actors of a deployment, by Ray node id."""
@@ -314,8 +378,9 @@ class Cluster:
                 return actor["pid"]
         raise HarnessError("no alive Serve controller; is an app deployed?")
 
-    def log_lines(self, node: Node, needles: list[str],
-                  where: str = "/logs/serve/") -> list[tuple[float, str]]:
+    def log_lines(
+        self, node: Node, needles: list[str], where: str = "/logs/serve/"
+    ) -> list[tuple[float, str]]:
         """(time, line) of the node's Ray log lines containing any needle, from
         files whose path contains `where` (Serve's logs, or e.g. `raylet.out`).
 
@@ -341,8 +406,10 @@ class Cluster:
         node = node or self.head
         # A metrics agent exporting hundreds of replicas' metrics on a loaded
         # node can take a while to answer.
-        fetch = (f"import urllib.request;print(urllib.request.urlopen('http://{node.ip}:"
-                 f"{self.config.metrics_port}/metrics',timeout=60).read().decode())")
+        fetch = (
+            f"import urllib.request;print(urllib.request.urlopen('http://{node.ip}:"
+            f"{self.config.metrics_port}/metrics',timeout=60).read().decode())"
+        )
         _, text = engine.exec_in(node.container, ["python", "-c", fetch])
         pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
         return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
@@ -359,9 +426,11 @@ class Cluster:
 
     def _lb_command(self, command: str) -> str:
         """One command on the front LB's admin socket; HAProxy's answer."""
-        probe = ("import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect('/tmp/lb.sock');"
-                 "s.sendall(sys.argv[1].encode()+b'\\n');b=b''\nwhile (c:=s.recv(65536)): b+=c\n"
-                 "print(b.decode())")
+        probe = (
+            "import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect('/tmp/lb.sock');"
+            "s.sendall(sys.argv[1].encode()+b'\\n');b=b''\nwhile (c:=s.recv(65536)): b+=c\n"
+            "print(b.decode())"
+        )
         _, out = engine.exec_in(self.lb.container, ["python3", "-c", probe, command])
         return out
 
@@ -377,8 +446,11 @@ class Cluster:
     def wait_lb_ready(self, nodes: list[Node] | None = None, timeout_s: float = 90) -> None:
         """Wait until the front LB sees every given node's Serve healthy."""
         want = {n.container.name for n in (nodes or self.nodes)}
-        self._wait(lambda: all(self.lb_servers().get(name) == "UP" for name in want),
-                   f"the front LB to see {sorted(want)} UP", timeout_s)
+        self._wait(
+            lambda: all(self.lb_servers().get(name) == "UP" for name in want),
+            f"the front LB to see {sorted(want)} UP",
+            timeout_s,
+        )
 
     # ------------------------------------------------------------------ helpers
 
@@ -391,8 +463,9 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         while not ready():
             if time.monotonic() > deadline:
-                raise HarnessError(f"timed out after {timeout_s:.0f}s waiting for {what}. "
-                                   f"{self._diagnosis()}")
+                raise HarnessError(
+                    f"timed out after {timeout_s:.0f}s waiting for {what}. {self._diagnosis()}"
+                )
             time.sleep(1)
 
     def _diagnosis(self) -> str:

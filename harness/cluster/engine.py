@@ -37,7 +37,8 @@ def docker_py():
             f"{sys.executable} has no docker-py (the `docker` package), which the harness "
             f"talks to the Docker engine with. Run the harness with the project's venv, "
             f"`.venv/bin/python -m harness ...` from the repo root (or through `make`); "
-            f"`make setup` creates it. Nothing was changed.")
+            f"`make setup` creates it. Nothing was changed."
+        )
     return docker
 
 
@@ -46,9 +47,12 @@ def client():
     docker = docker_py()
     host = os.environ.get("DOCKER_HOST")
     # A DOCKER_HOST left over from another set-up is a common cause: say which daemon.
-    where = (f"at DOCKER_HOST={host} (check that a daemon listens there, or unset "
-             f"DOCKER_HOST for the local socket)" if host
-             else "at the local socket (DOCKER_HOST is not set)")
+    where = (
+        f"at DOCKER_HOST={host} (check that a daemon listens there, or unset "
+        f"DOCKER_HOST for the local socket)"
+        if host
+        else "at the local socket (DOCKER_HOST is not set)"
+    )
     try:
         engine = docker.from_env(timeout=120)
         engine.ping()
@@ -74,29 +78,39 @@ def image_exists(tag: str) -> bool:
 def build_image(context: Path, tag: str, buildargs: dict[str, str], log_prefix: str) -> None:
     """Build `context/Dockerfile` as `tag`, streaming the build's steps as progress."""
     started = time.monotonic()
-    stream = client().api.build(path=str(context), tag=tag, buildargs=buildargs, rm=True,
-                                forcerm=True, decode=True, labels={LABEL: "1"},
-                                network_mode="host")
+    stream = client().api.build(
+        path=str(context),
+        tag=tag,
+        buildargs=buildargs,
+        rm=True,
+        forcerm=True,
+        decode=True,
+        labels={LABEL: "1"},
+        network_mode="host",
+    )
     tail: list[str] = []
     for chunk in stream:
         if "error" in chunk:
             raise HarnessError(
                 f"building {tag} failed: {chunk['error'].strip()}\nlast output:\n"
-                + "".join(tail[-20:]) + "\nNo image was tagged; fix the cause and run again."
+                + "".join(tail[-20:])
+                + "\nNo image was tagged; fix the cause and run again."
             )
         text = chunk.get("stream", "")
         if text:
             tail.append(text)
             if text.startswith("Step "):
-                print(f"{log_prefix}: {text.strip()} ({time.monotonic() - started:.0f}s)",
-                      flush=True)
+                print(
+                    f"{log_prefix}: {text.strip()} ({time.monotonic() - started:.0f}s)", flush=True
+                )
 
 
 def import_rootfs(tar_stream, tag: str) -> None:
     """Turn a root filesystem tarball into an image (the debootstrap base)."""
     repository, _, image_tag = tag.partition(":")
-    out = client().api.import_image_from_stream(tar_stream, repository=repository,
-                                                tag=image_tag or "latest")
+    out = client().api.import_image_from_stream(
+        tar_stream, repository=repository, tag=image_tag or "latest"
+    )
     for line in out.splitlines() if isinstance(out, str) else [out]:
         status = json.loads(line) if isinstance(line, str) and line.strip() else {}
         if "error" in status:
@@ -149,6 +163,7 @@ def exec_in(container, cmd: list[str], *, check: bool = True) -> tuple[int, str]
     code, out = container.exec_run(cmd, demux=False)
     text = (out or b"").decode(errors="replace")
     if check and code != 0:
-        raise HarnessError(f"`{' '.join(cmd)}` failed in {container.name} (exit {code}):\n"
-                           f"{text[-3000:]}")
+        raise HarnessError(
+            f"`{' '.join(cmd)}` failed in {container.name} (exit {code}):\n{text[-3000:]}"
+        )
     return code, text

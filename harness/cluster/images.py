@@ -59,8 +59,11 @@ class ImageSpec:
 
 
 def default_images(pin: Pin) -> list[ImageSpec]:
-    return [ImageSpec(pin.ray.version, "stock"), ImageSpec(pin.ray.version, "patched"),
-            ImageSpec(pin.baseline.version, "stock")]
+    return [
+        ImageSpec(pin.ray.version, "stock"),
+        ImageSpec(pin.ray.version, "patched"),
+        ImageSpec(pin.baseline.version, "stock"),
+    ]
 
 
 def _digest(*parts: str | bytes) -> str:
@@ -126,8 +129,11 @@ def ensure_base() -> str:
             shutil.copy(DOCKER_DIR / "base.Dockerfile", ctx / "Dockerfile")
             engine.build_image(ctx, tag, {"PACKAGES": " ".join(PACKAGES)}, "base")
     else:
-        print(f"base: no registry serves {UPSTREAM_BASE}; bootstrapping Debian {SUITE} "
-              f"with debootstrap from the host's apt mirror", flush=True)
+        print(
+            f"base: no registry serves {UPSTREAM_BASE}; bootstrapping Debian {SUITE} "
+            f"with debootstrap from the host's apt mirror",
+            flush=True,
+        )
         _bootstrap_base(tag)
     print(f"base: {tag} ready in {time.monotonic() - started:.0f}s", flush=True)
     return tag
@@ -135,15 +141,23 @@ def ensure_base() -> str:
 
 def _bootstrap_base(tag: str) -> None:
     if not shutil.which("debootstrap"):
-        raise HarnessError("no registry answers and debootstrap is missing: "
-                           "`apt-get install debootstrap`, then run again.")
+        raise HarnessError(
+            "no registry answers and debootstrap is missing: "
+            "`apt-get install debootstrap`, then run again."
+        )
     mirror = host_debian_mirror()
     rootfs = BUILD_DIR / "base-rootfs"
     _remove_rootfs(rootfs)
     rootfs.parent.mkdir(parents=True, exist_ok=True)
     try:
-        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-               SUITE, str(rootfs), mirror]
+        cmd = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(PACKAGES)}",
+            SUITE,
+            str(rootfs),
+            mirror,
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         last: list[str] = []
         phases_seen: set[str] = set()
@@ -155,11 +169,16 @@ def _bootstrap_base(tag: str) -> None:
             phase = line[3:].split(" ", 1)[0] if line.startswith("I: ") else ""
             if phase and phase not in phases_seen:
                 phases_seen.add(phase)
-                print(f"base: debootstrap {line[3:].strip()} ({time.monotonic() - started:.0f}s)",
-                      flush=True)
+                print(
+                    f"base: debootstrap {line[3:].strip()} ({time.monotonic() - started:.0f}s)",
+                    flush=True,
+                )
         if proc.wait() != 0:
-            raise HarnessError("debootstrap failed:\n" + "".join(last)
-                               + "\nNo image was made; the partial root was removed.")
+            raise HarnessError(
+                "debootstrap failed:\n"
+                + "".join(last)
+                + "\nNo image was made; the partial root was removed."
+            )
         # The image should not carry apt lists or caches from the bootstrap.
         shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
@@ -206,8 +225,9 @@ def ensure_ray_layer(version: str, pin: Pin) -> str:
         (ctx / "wheels").mkdir()
         for wheel in house.glob("*.whl"):
             os.link(wheel, ctx / "wheels" / wheel.name)  # hard link: no copy of 130 MB+
-        engine.build_image(ctx, tag, {"BASE_IMAGE": base,
-                                      "RAY_REQUIREMENT": release.requirement}, f"ray {version}")
+        engine.build_image(
+            ctx, tag, {"BASE_IMAGE": base, "RAY_REQUIREMENT": release.requirement}, f"ray {version}"
+        )
     print(f"ray {version}: {tag} built in {time.monotonic() - started:.0f}s", flush=True)
     return tag
 
@@ -228,8 +248,10 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
     """The tag of a ready node image for `spec`, building only what changed."""
     pin = pin or load_pin()
     if spec.flavor == "patched" and spec.version != pin.ray.version:
-        raise HarnessError(f"the series is pinned to Ray {pin.ray.version}; there is no "
-                           f"patched image of Ray {spec.version}.")
+        raise HarnessError(
+            f"the series is pinned to Ray {pin.ray.version}; there is no "
+            f"patched image of Ray {spec.version}."
+        )
     ray_tag = ensure_ray_layer(spec.version, pin)
     patches = read_series()
     tag = node_tag(spec, pin, ray_tag, patches)

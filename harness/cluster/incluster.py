@@ -25,8 +25,9 @@ def _serve_client(schema):
     running yet (what `serve deploy` does)."""
     from ray.serve._private.api import serve_start
 
-    return serve_start(http_options=schema.http_options.dict(),
-                       proxy_location=schema.proxy_location)
+    return serve_start(
+        http_options=schema.http_options.dict(), proxy_location=schema.proxy_location
+    )
 
 
 def deploy(config: dict, timeout_s: float) -> dict:
@@ -56,13 +57,16 @@ def deploy(config: dict, timeout_s: float) -> dict:
 def _replicas_ready(app_status, wanted: int) -> bool:
     """Every replica the app asked for is RUNNING; replicas still stopping do
     not count (they are already out of HAProxy's view)."""
-    return all(d.replica_states.get("RUNNING", 0) == wanted
-               and set(d.replica_states) <= {"RUNNING", "STOPPING"}
-               for d in app_status.deployments.values())
+    return all(
+        d.replica_states.get("RUNNING", 0) == wanted
+        and set(d.replica_states) <= {"RUNNING", "STOPPING"}
+        for d in app_status.deployments.values()
+    )
 
 
-def churn(config: dict, churned: list[str], low: int, high: int,
-          interval_s: float, duration_s: float) -> dict:
+def churn(
+    config: dict, churned: list[str], low: int, high: int, interval_s: float, duration_s: float
+) -> dict:
     """Every `interval_s` for `duration_s`, flip one churned app of the config
     between `low` and `high` replicas: one membership change per tick. Only an
     app whose every asked-for replica is RUNNING (replicas still stopping do
@@ -84,8 +88,12 @@ def churn(config: dict, churned: list[str], low: int, high: int,
         time.sleep(max(0.0, started + tick * interval_s - time.monotonic()))
         tick += 1
         status = serve.status().applications
-        settled = [name for name in churned if name in status and _replicas_ready(
-            status[name], apps[name]["deployments"][0]["num_replicas"])]
+        settled = [
+            name
+            for name in churned
+            if name in status
+            and _replicas_ready(status[name], apps[name]["deployments"][0]["num_replicas"])
+        ]
         if not settled:
             idle_ticks += 1
             continue
@@ -94,8 +102,7 @@ def churn(config: dict, churned: list[str], low: int, high: int,
         deployment["num_replicas"] = low if deployment["num_replicas"] == high else high
         client.deploy_apps(ServeDeploySchema.parse_obj(config))
         last_flip[name] = time.monotonic()
-        changes.append({"at": time.time(), "app": name,
-                        "replicas": deployment["num_replicas"]})
+        changes.append({"at": time.time(), "app": name, "replicas": deployment["num_replicas"]})
     return {"changes": changes, "idle_ticks": idle_ticks}
 
 
@@ -173,15 +180,20 @@ def membership_latency(config: dict, port: int) -> dict:
         known = {replica for _, replica in answers}
 
         def first_answer_from_new_replica() -> float | None:
-            return min((at for at, replica in answers[-2000:]
-                        if at > changed and replica not in known), default=None)
+            return min(
+                (at for at, replica in answers[-2000:] if at > changed and replica not in known),
+                default=None,
+            )
 
         deployment["num_replicas"] = low + 1
         changed = time.time()
         client.deploy_apps(ServeDeploySchema.parse_obj(config))
         listed = wait_until(lambda: ready(low + 1), 120, "the new replica")
-        wait_until(lambda: first_answer_from_new_replica() is not None, 30,
-                   "HAProxy to route the new replica")
+        wait_until(
+            lambda: first_answer_from_new_replica() is not None,
+            30,
+            "HAProxy to route the new replica",
+        )
         routed = first_answer_from_new_replica()
         deployment["num_replicas"] = low
         client.deploy_apps(ServeDeploySchema.parse_obj(config))
@@ -192,8 +204,11 @@ def membership_latency(config: dict, port: int) -> dict:
     finally:
         stop.set()
         prober.join()
-    return {"started_s": listed - changed, "routed_s": routed - listed,
-            "haproxy_processes_started": len(pids_seen - pids_before)}
+    return {
+        "started_s": listed - changed,
+        "routed_s": routed - listed,
+        "haproxy_processes_started": len(pids_seen - pids_before),
+    }
 
 
 def nodes() -> list[dict]:
@@ -210,8 +225,14 @@ def nodes() -> list[dict]:
     return found
 
 
-def drain(gcs_address: str, node_id_hex: str, reason: str, message: str,
-          deadline_s: float, at: float = 0.0) -> dict:
+def drain(
+    gcs_address: str,
+    node_id_hex: str,
+    reason: str,
+    message: str,
+    deadline_s: float,
+    at: float = 0.0,
+) -> dict:
     """Ask the GCS to drain a node, as a spot-notice agent would. The node id
     must be hex: a binary id decodes to Nil, which the GCS accepts silently and
     never drains (ray/_private/node.py says so)."""
@@ -226,10 +247,17 @@ def drain(gcs_address: str, node_id_hex: str, reason: str, message: str,
     sent = time.time()
     deadline_ms = int((sent + deadline_s) * 1000) if deadline_s > 0 else 0
     accepted, rejection = client.drain_node(
-        node_id_hex, autoscaler_pb2.DrainNodeReason.Value(f"DRAIN_NODE_REASON_{reason}"),
-        message, deadline_ms)
-    return {"accepted": accepted, "rejection": rejection, "sent": sent,
-            "deadline": deadline_ms / 1000 if deadline_ms else None}
+        node_id_hex,
+        autoscaler_pb2.DrainNodeReason.Value(f"DRAIN_NODE_REASON_{reason}"),
+        message,
+        deadline_ms,
+    )
+    return {
+        "accepted": accepted,
+        "rejection": rejection,
+        "sent": sent,
+        "deadline": deadline_ms / 1000 if deadline_ms else None,
+    }
 
 
 def actors() -> list[dict]:
@@ -237,11 +265,19 @@ def actors() -> list[dict]:
     From the GCS directly: the state API would need the dashboard."""
     ray = _connect()
     table = ray._private.state.actors()
-    return [{"id": a["ActorID"], "class": a["ActorClassName"], "name": a["Name"],
-             "state": a["State"], "node_id": a["Address"]["NodeID"], "pid": a["Pid"],
-             "start": a["StartTime"] / 1000 if a["StartTime"] else None,
-             "end": a["EndTime"] / 1000 if a["EndTime"] else None}
-            for a in table.values()]
+    return [
+        {
+            "id": a["ActorID"],
+            "class": a["ActorClassName"],
+            "name": a["Name"],
+            "state": a["State"],
+            "node_id": a["Address"]["NodeID"],
+            "pid": a["Pid"],
+            "start": a["StartTime"] / 1000 if a["StartTime"] else None,
+            "end": a["EndTime"] / 1000 if a["EndTime"] else None,
+        }
+        for a in table.values()
+    ]
 
 
 def serve_status() -> dict:
@@ -253,9 +289,10 @@ def serve_status() -> dict:
         "applications": {
             name: {
                 "status": str(app.status),
-                "deployments": {d: {"status": str(ds.status),
-                                    "replica_states": dict(ds.replica_states)}
-                                for d, ds in app.deployments.items()},
+                "deployments": {
+                    d: {"status": str(ds.status), "replica_states": dict(ds.replica_states)}
+                    for d, ds in app.deployments.items()
+                },
             }
             for name, app in status.applications.items()
         },
@@ -271,12 +308,15 @@ def controller_health() -> dict:
 
     controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
     metrics = ray.get(controller.get_health_metrics.remote())
-    return {key: (metrics.get(key) or {}).get("mean") for key in
-            ("loop_duration_s", "deployment_state_update_duration_s")}
+    return {
+        key: (metrics.get(key) or {}).get("mean")
+        for key in ("loop_duration_s", "deployment_state_update_duration_s")
+    }
 
 
-def health_ingest(nodes: int, replicas_per_node: int, period_s: float, duration_s: float,
-                  senders: int) -> dict:
+def health_ingest(
+    nodes: int, replicas_per_node: int, period_s: float, duration_s: float, senders: int
+) -> dict:
     """Feed the real controller the batches `nodes` node relays would send for
     `nodes` x `replicas_per_node` replicas with health period `period_s`: one call
     per node per period, `replicas_per_node` reports each (distinct replica ids,
@@ -303,8 +343,9 @@ def health_ingest(nodes: int, replicas_per_node: int, period_s: float, duration_
                 await asyncio.sleep(period_s * index / nodes)
                 while time.monotonic() < end:
                     started = time.monotonic()
-                    reports = [ReplicaHealthReport(rid, started, True, 0, period_s / 2, 2)
-                               for rid in ids]
+                    reports = [
+                        ReplicaHealthReport(rid, started, True, 0, period_s / 2, 2) for rid in ids
+                    ]
                     await controller.record_replica_health_reports.remote(reports, [])
                     sent["calls"] += 1
                     sent["reports"] += len(reports)
@@ -315,10 +356,16 @@ def health_ingest(nodes: int, replicas_per_node: int, period_s: float, duration_
 
     share = -(-nodes // senders)
     actors = [Relays.remote() for _ in range(senders)]
-    results = ray.get([actor.run.remote(i * share, min(share, nodes - i * share))
-                       for i, actor in enumerate(actors)])
-    return {"calls": sum(r["calls"] for r in results),
-            "reports": sum(r["reports"] for r in results)}
+    results = ray.get(
+        [
+            actor.run.remote(i * share, min(share, nodes - i * share))
+            for i, actor in enumerate(actors)
+        ]
+    )
+    return {
+        "calls": sum(r["calls"] for r in results),
+        "reports": sum(r["reports"] for r in results),
+    }
 
 
 HAPROXY_LOG = "/tmp/haproxy.log"
@@ -358,15 +405,21 @@ def main(argv: list[str]) -> int:
     sub.add_parser("serve-status")
     sub.add_parser("controller-health")
     p_ingest = sub.add_parser("health-ingest")
-    for flag, kind in (("--nodes", int), ("--replicas-per-node", int), ("--period", float),
-                       ("--duration", float), ("--senders", int)):
+    for flag, kind in (
+        ("--nodes", int),
+        ("--replicas-per-node", int),
+        ("--period", float),
+        ("--duration", float),
+        ("--senders", int),
+    ):
         p_ingest.add_argument(flag, type=kind, required=True)
     sub.add_parser("syslog")
     p_drain = sub.add_parser("drain")
     p_drain.add_argument("gcs_address")
     p_drain.add_argument("node_id_hex")
-    p_drain.add_argument("--reason", default="PREEMPTION",
-                         choices=["PREEMPTION", "IDLE_TERMINATION"])
+    p_drain.add_argument(
+        "--reason", default="PREEMPTION", choices=["PREEMPTION", "IDLE_TERMINATION"]
+    )
     p_drain.add_argument("--message", default="spot interruption (harness)")
     p_drain.add_argument("--deadline-s", type=float, default=0.0, help="0: no deadline")
     p_drain.add_argument("--at", type=float, default=0.0, help="send at this time.time()")
@@ -376,8 +429,14 @@ def main(argv: list[str]) -> int:
     elif args.cmd == "nodes":
         result = nodes()
     elif args.cmd == "churn":
-        result = churn(json.loads(args.config_json), args.apps.split(","), args.low,
-                       args.high, args.interval, args.duration)
+        result = churn(
+            json.loads(args.config_json),
+            args.apps.split(","),
+            args.low,
+            args.high,
+            args.interval,
+            args.duration,
+        )
     elif args.cmd == "membership-latency":
         result = membership_latency(json.loads(args.config_json), args.port)
     elif args.cmd == "syslog":
@@ -388,11 +447,13 @@ def main(argv: list[str]) -> int:
     elif args.cmd == "controller-health":
         result = controller_health()
     elif args.cmd == "health-ingest":
-        result = health_ingest(args.nodes, args.replicas_per_node, args.period, args.duration,
-                               args.senders)
+        result = health_ingest(
+            args.nodes, args.replicas_per_node, args.period, args.duration, args.senders
+        )
     elif args.cmd == "drain":
-        result = drain(args.gcs_address, args.node_id_hex, args.reason, args.message,
-                       args.deadline_s, args.at)
+        result = drain(
+            args.gcs_address, args.node_id_hex, args.reason, args.message, args.deadline_s, args.at
+        )
     else:
         result = serve_status()
     print(json.dumps(result))

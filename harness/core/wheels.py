@@ -47,8 +47,17 @@ def ensure_wheelhouse(release: RayRelease, python: str = sys.executable) -> Path
     # The host and the image are both CPython 3.11 on glibc x86_64, so the host's
     # pip picks the right wheels. (`--only-binary=:all:` makes pip's resolver
     # crawl for minutes here; sdists are refused below instead.)
-    cmd = [python, "-m", "pip", "download", "--quiet", "--prefer-binary",
-           "-d", str(partial), release.requirement]
+    cmd = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--prefer-binary",
+        "-d",
+        str(partial),
+        release.requirement,
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise HarnessError(

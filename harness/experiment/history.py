@@ -125,8 +125,16 @@ class History:
 
     def observed(self, what: str, target: str | None = None) -> list[Event]:
         """The observations of `what` (for one target, if given), in time order."""
-        return sorted((e for e in self.events if e.phase == OBSERVED and e.fault == what
-                       and (target is None or e.target == target)), key=lambda e: e.time)
+        return sorted(
+            (
+                e
+                for e in self.events
+                if e.phase == OBSERVED
+                and e.fault == what
+                and (target is None or e.target == target)
+            ),
+            key=lambda e: e.time,
+        )
 
     def value(self, what: str, default: Any = None) -> Any:
         """The value of the latest observation of `what`, or `default`."""
@@ -156,8 +164,7 @@ class History:
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as out:
-            out.write(json.dumps({"type": "meta", **self.meta, "scheduled": self.scheduled})
-                      + "\n")
+            out.write(json.dumps({"type": "meta", **self.meta, "scheduled": self.scheduled}) + "\n")
             for r in self.requests:
                 out.write(json.dumps({"type": "request", **asdict(r)}) + "\n")
             for e in self.events:
@@ -170,8 +177,7 @@ class History:
         history = cls()
         try:
             # A history kept for later (a test fixture, an attachment) may be gzipped.
-            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else \
-                path.read_bytes()
+            raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
             lines = raw.decode().splitlines()
         except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
             raise HarnessError(f"cannot read {path} as a history: {exc}") from exc
@@ -181,9 +187,11 @@ class History:
                 kind = row.pop("type")
                 if kind == "meta":
                     if "scheduled" not in row:
-                        raise HarnessError(f"{path} was saved before the harness counted the "
-                                           f"requests it scheduled, so whether its record is "
-                                           f"complete cannot be told; run it again.")
+                        raise HarnessError(
+                            f"{path} was saved before the harness counted the "
+                            f"requests it scheduled, so whether its record is "
+                            f"complete cannot be told; run it again."
+                        )
                     history.scheduled = int(row.pop("scheduled"))
                     history.meta = row
                 elif kind == "request":
@@ -193,8 +201,10 @@ class History:
                 else:
                     raise ValueError(f"unknown row type {kind!r}")
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                raise HarnessError(f"{path}:{number} is not a history row ({exc}); a history "
-                                   f"is what the harness saves as history-*.jsonl") from exc
+                raise HarnessError(
+                    f"{path}:{number} is not a history row ({exc}); a history "
+                    f"is what the harness saves as history-*.jsonl"
+                ) from exc
         return history
 
 

@@ -62,21 +62,24 @@ class HTTPConnection:
 
     @property
     def is_open(self) -> bool:
-        return (self._writer is not None and not self._writer.is_closing()
-                and not self._reader.at_eof())
+        return (
+            self._writer is not None and not self._writer.is_closing() and not self._reader.at_eof()
+        )
 
     async def connect(self) -> None:
         self.connects += 1
         self._reader, self._writer = await asyncio.open_connection(
-            self.host, self.port, limit=_MAX_HEAD)
+            self.host, self.port, limit=_MAX_HEAD
+        )
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
 
-    async def get(self, path: str, kind: str, timeout_s: float,
-                  scheduled: float | None = None) -> Request:
+    async def get(
+        self, path: str, kind: str, timeout_s: float, scheduled: float | None = None
+    ) -> Request:
         """Send one GET and return its row. Never raises for anything the peer
         or the network does: every outcome is a row with a class. Cancelling
         it still cancels it; the CancelledError carries the request's
@@ -120,8 +123,9 @@ class HTTPConnection:
             framed = _chunked(headers) or "content-length" in headers or status in (204, 304)
             if not (keep_alive and framed):
                 self.close()
-            row = self._row(kind, start, status, None if 200 <= status < 300 else str(status),
-                            scheduled)
+            row = self._row(
+                kind, start, status, None if 200 <= status < 300 else str(status), scheduled
+            )
             if row.error is None:
                 row.replica, row.node = _identity(body)
             return row
@@ -131,8 +135,15 @@ class HTTPConnection:
         return row
 
     def _row(self, kind, start, status, error, scheduled) -> Request:
-        return Request(kind=kind, start=start, end=time.time(), status=status, error=error,
-                       conn=self.number, scheduled=scheduled)
+        return Request(
+            kind=kind,
+            start=start,
+            end=time.time(),
+            status=status,
+            error=error,
+            conn=self.number,
+            scheduled=scheduled,
+        )
 
     async def _read_head(self) -> tuple[int, dict[str, str], bool]:
         """Status, headers, and whether the connection may carry another
@@ -198,8 +209,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-async def _recorded(history: History, ticket: int, conn: HTTPConnection, path: str, kind: str,
-                    timeout_s: float, scheduled: float | None = None) -> Request:
+async def _recorded(
+    history: History,
+    ticket: int,
+    conn: HTTPConnection,
+    path: str,
+    kind: str,
+    timeout_s: float,
+    scheduled: float | None = None,
+) -> Request:
     """`conn.get` whose row is recorded under `ticket` however it ends,
     cancellation included (the cancellation then goes on)."""
     try:
@@ -211,8 +229,9 @@ async def _recorded(history: History, ticket: int, conn: HTTPConnection, path: s
     return row
 
 
-async def send(history: History, conn: HTTPConnection, path: str, kind: str,
-               timeout_s: float) -> Request:
+async def send(
+    history: History, conn: HTTPConnection, path: str, kind: str, timeout_s: float
+) -> Request:
     """One request outside the open loop, scheduled in the history before it
     is sent so that it has its row whatever happens."""
     return await _recorded(history, history.schedule(), conn, path, kind, timeout_s)
@@ -281,8 +300,19 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
 
     def never_sent(ticket: int, kind: str, due: float, error: str, why: str) -> None:
         now = time.time()
-        history.record(ticket, Request(kind=kind, start=now, end=now, status=None, error=error,
-                                       scheduled=due, sent=False, detail=f"never sent: {why}"))
+        history.record(
+            ticket,
+            Request(
+                kind=kind,
+                start=now,
+                end=now,
+                status=None,
+                error=error,
+                scheduled=due,
+                sent=False,
+                detail=f"never sent: {why}",
+            ),
+        )
 
     async def one(ticket: int, kind: str, path: str, due: float) -> None:
         unstarted.pop(ticket)
@@ -293,15 +323,17 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
             async with asyncio.timeout_at(deadline):
                 conn = await idle.get()
         except TimeoutError:
-            never_sent(ticket, kind, due, TIMEOUT,
-                       f"no connection was free within {spec.timeout_s:g} s")
+            never_sent(
+                ticket, kind, due, TIMEOUT, f"no connection was free within {spec.timeout_s:g} s"
+            )
             return
         except asyncio.CancelledError:
             never_sent(ticket, kind, due, UNFINISHED, "no connection was free when the run ended")
             raise
         try:
-            await _recorded(history, ticket, conn, path, kind,
-                            max(0.0, deadline - loop.time()), scheduled=due)
+            await _recorded(
+                history, ticket, conn, path, kind, max(0.0, deadline - loop.time()), scheduled=due
+            )
         finally:
             idle.put_nowait(conn)
 
@@ -337,8 +369,9 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
             idle.get_nowait().close()
 
 
-async def websocket_session(history: History, host: str, port: int, path: str, ticks: int,
-                            number: int, timeout_s: float) -> Request:
+async def websocket_session(
+    history: History, host: str, port: int, path: str, ticks: int, number: int, timeout_s: float
+) -> Request:
     """One WebSocket session: connect, read `ticks` messages from the ticker
     (harness/cluster/apps/ticker.py), recorded as one row of kind "websocket" however
     it ends. Success is every tick and then a 1000 close. Otherwise the row's
@@ -350,19 +383,25 @@ async def websocket_session(history: History, host: str, port: int, path: str, t
 
     ticket = history.schedule()
     start = time.time()
-    row = Request(kind="websocket", start=start, end=start, status=None, error=None,
-                  conn=number, id=ticket)
+    row = Request(
+        kind="websocket", start=start, end=start, status=None, error=None, conn=number, id=ticket
+    )
     received = 0
     try:
         async with asyncio.timeout(timeout_s):
-            async with connect(f"ws://{host}:{port}{path}", open_timeout=timeout_s,
-                               ping_interval=None, close_timeout=2) as ws:
+            async with connect(
+                f"ws://{host}:{port}{path}",
+                open_timeout=timeout_s,
+                ping_interval=None,
+                close_timeout=2,
+            ) as ws:
                 row.status = 101
                 try:
                     async for message in ws:
                         if not received:
                             row.replica, row.node = _identity(
-                                message if isinstance(message, bytes) else message.encode())
+                                message if isinstance(message, bytes) else message.encode()
+                            )
                         received += 1
                     code, reason, by = ws.close_code, ws.close_reason, "server"
                 except ConnectionClosed as exc:
@@ -394,15 +433,25 @@ async def websocket_session(history: History, host: str, port: int, path: str, t
     else:
         complete = received == ticks and code == 1000
         row.error = None if complete else TRUNCATED
-        row.detail = (f"closed by {by} with {code}{f' ({reason})' if reason else ''} "
-                      f"after {received} of {ticks} ticks")
+        row.detail = (
+            f"closed by {by} with {code}{f' ({reason})' if reason else ''} "
+            f"after {received} of {ticks} ticks"
+        )
     row.end = time.time()
     history.record(ticket, row)
     return row
 
 
-async def closed_loop(host: str, port: int, count: int, connections: int, history: History,
-                      path: str = "/", timeout_s: float = 30.0, kind: str = "short") -> int:
+async def closed_loop(
+    host: str,
+    port: int,
+    count: int,
+    connections: int,
+    history: History,
+    path: str = "/",
+    timeout_s: float = 30.0,
+    kind: str = "short",
+) -> int:
     """`count` requests over `connections` keep-alive connections, each sending
     its next request as soon as the last one ends: the most a target serves.
     Returns how many TCP connections the clients opened."""

@@ -19,8 +19,14 @@ from harness.core.errors import HarnessError
 from harness.experiment.history import Event, History
 
 
-def _event(history: History, fault: str, phase: str, target: str | None = None,
-           label: str | None = None, **detail) -> float:
+def _event(
+    history: History,
+    fault: str,
+    phase: str,
+    target: str | None = None,
+    label: str | None = None,
+    **detail,
+) -> float:
     now = time.time()
     if label:
         detail["label"] = label
@@ -63,29 +69,56 @@ class SpotNotice:
         return replace(self, notice_s=self.detection_s + self.drain_deadline_s)
 
 
-async def spot_preemption(cluster: Cluster, node: Node, history: History,
-                          notice: SpotNotice) -> dict:
+async def spot_preemption(
+    cluster: Cluster, node: Node, history: History, notice: SpotNotice
+) -> dict:
     """Notice, detection delay, a GCS drain with reason PREEMPTION and a deadline,
     then the container killed when the notice ends (never before the deadline)."""
     node_id = await asyncio.to_thread(cluster.ray_node_id, node)
-    t0 = _event(history, "spot_preemption", "start", node.name, label="notice",
-                notice_s=notice.notice_s, detection_s=notice.detection_s,
-                drain_deadline_s=notice.drain_deadline_s, node_id=node_id)
+    t0 = _event(
+        history,
+        "spot_preemption",
+        "start",
+        node.name,
+        label="notice",
+        notice_s=notice.notice_s,
+        detection_s=notice.detection_s,
+        drain_deadline_s=notice.drain_deadline_s,
+        node_id=node_id,
+    )
     due = t0 + notice.detection_s
     await _sleep_until(due - EXEC_LEAD_S)
-    drain = await asyncio.to_thread(cluster.exec_head, [
-        "drain", f"{cluster.head.ip}:{HEAD_PORT}", node_id, "--reason", "PREEMPTION",
-        "--deadline-s", str(notice.drain_deadline_s), "--at", f"{due:.3f}"])
+    drain = await asyncio.to_thread(
+        cluster.exec_head,
+        [
+            "drain",
+            f"{cluster.head.ip}:{HEAD_PORT}",
+            node_id,
+            "--reason",
+            "PREEMPTION",
+            "--deadline-s",
+            str(notice.drain_deadline_s),
+            "--at",
+            f"{due:.3f}",
+        ],
+    )
     _event(history, "spot_preemption", "mark", node.name, label="drain sent", **drain)
     if not drain["accepted"]:
         _event(history, "spot_preemption", "end", node.name, label="drain rejected")
-        raise HarnessError(f"the GCS rejected the PREEMPTION drain of {node.name}: "
-                           f"{drain['rejection']}")
+        raise HarnessError(
+            f"the GCS rejected the PREEMPTION drain of {node.name}: {drain['rejection']}"
+        )
     kill_at = max(t0 + notice.notice_s, drain["deadline"])
     await _sleep_until(kill_at)
     exited_before = await asyncio.to_thread(_kill, node)
-    killed = _event(history, "spot_preemption", "mark", node.name, label="terminated",
-                    already_exited=exited_before)
+    killed = _event(
+        history,
+        "spot_preemption",
+        "mark",
+        node.name,
+        label="terminated",
+        already_exited=exited_before,
+    )
     _event(history, "spot_preemption", "end", node.name)
     return {"t0": t0, "drain": drain, "killed": killed, "exited_before_kill": exited_before}
 
@@ -107,8 +140,9 @@ def _kill(node: Node) -> bool:
 # ------------------------------------------------------------------ other faults
 
 
-async def reload_churn(cluster: Cluster, history: History, configs: list[dict],
-                       interval_s: float) -> None:
+async def reload_churn(
+    cluster: Cluster, history: History, configs: list[dict], interval_s: float
+) -> None:
     """Redeploy a sequence of configs (replica counts up and down), each change
     making every node's HAProxy reload."""
     start = _event(history, "reload_churn", "start", label=f"{len(configs)} changes")
@@ -137,8 +171,7 @@ async def pause_node(node: Node, history: History, duration_s: float) -> None:
         _event(history, "pause", "end", node.name)
 
 
-async def partition_node(cluster: Cluster, node: Node, history: History,
-                         duration_s: float) -> None:
+async def partition_node(cluster: Cluster, node: Node, history: History, duration_s: float) -> None:
     """Cut the node off the cluster network, then reconnect it with its old IP."""
     network = cluster.network
     _event(history, "partition", "start", node.name)
@@ -165,8 +198,9 @@ async def fail_health_check(history: History, host: str, port: int, prefix: str 
     return row.replica
 
 
-async def controller_lag(cluster: Cluster, history: History, cycles: int, stop_s: float,
-                         run_s: float) -> None:
+async def controller_lag(
+    cluster: Cluster, history: History, cycles: int, stop_s: float, run_s: float
+) -> None:
     """SIGSTOP/SIGCONT cycles on the Serve controller's process: it stops
     probing, broadcasting and reconciling while stopped."""
     pid = await asyncio.to_thread(cluster.controller_pid)
@@ -176,7 +210,8 @@ async def controller_lag(cluster: Cluster, history: History, cycles: int, stop_s
         try:
             await asyncio.sleep(stop_s)
         finally:
-            await asyncio.to_thread(engine.exec_in, cluster.head.container,
-                                    ["kill", "-CONT", str(pid)])
+            await asyncio.to_thread(
+                engine.exec_in, cluster.head.container, ["kill", "-CONT", str(pid)]
+            )
             _event(history, "controller_lag", "end", f"pid {pid}")
         await asyncio.sleep(run_s)

@@ -68,9 +68,11 @@ def _markdown(
     parts = [f"# {title}"]
     gaps = [f"- {name}: {v.record_gap}" for name, v in verdicts.items() if v.record_gap]
     if gaps:
-        parts.append("**The record is incomplete: requests were scheduled that have no row, "
-                     "or more than one, so these runs FAILED whatever their rows say.**\n\n"
-                     + "\n".join(gaps))
+        parts.append(
+            "**The record is incomplete: requests were scheduled that have no row, "
+            "or more than one, so these runs FAILED whatever their rows say.**\n\n"
+            + "\n".join(gaps)
+        )
     parts += [
         "## Side by side",
         side_by_side(verdicts),
@@ -150,8 +152,13 @@ def _latency_table(v: Verdict) -> str:
                 else ["-"] * 5
             )
             counts = [f"{k.requests:,}", f"{k.failures:,}"] if origin == "send" else ["", ""]
-            rows.append(f"| {kind if origin == 'send' else ''} | " + " | ".join(counts)
-                        + f" | {origin} | " + " | ".join(cells) + " |")
+            rows.append(
+                f"| {kind if origin == 'send' else ''} | "
+                + " | ".join(counts)
+                + f" | {origin} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return "\n".join(rows)
 
 
@@ -223,9 +230,7 @@ def _timeline(path: Path, runs: dict[str, tuple[History, Verdict]]) -> None:
         ok, bad = _per_second(history, verdict.t0)
         # One extra edge so the last 1 s bin is drawn as wide as the others.
         xs = list(range(len(ok) + 1))
-        ok_line = ax.step(
-            xs, [*ok, *ok[-1:]], where="post", color="tab:blue", lw=1, label="ok / s"
-        )
+        ok_line = ax.step(xs, [*ok, *ok[-1:]], where="post", color="tab:blue", lw=1, label="ok / s")
         ax.set_ylabel("ok / s", color="tab:blue")
         # Headroom keeps the window labels along the top clear of the traffic line.
         ax.set_ylim(0, max([1, *ok]) * 1.2)

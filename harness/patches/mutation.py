@@ -70,16 +70,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "lag gate",
         _DEPLOYMENT_STATE,
-        "            and self._last_probe_timed_out\n"
-        "            and self._ingest_lagging\n",
-        "            and self._last_probe_timed_out\n"
-        "            and False\n",
+        "            and self._last_probe_timed_out\n            and self._ingest_lagging\n",
+        "            and self._last_probe_timed_out\n            and False\n",
     ),
     Mutation(
         "timeout flag",
         _DEPLOYMENT_STATE,
-        "            and self._last_probe_timed_out\n"
-        "            and self._ingest_lagging\n",
+        "            and self._last_probe_timed_out\n            and self._ingest_lagging\n",
         "            and self._ingest_lagging\n",
     ),
     Mutation(
@@ -111,7 +108,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "fallback probe for stale reports",
         _DEPLOYMENT_STATE,
         "            < push_freshness_window_s(self.health_check_period_s)\n",
-        "            < float(\"inf\")\n",
+        '            < float("inf")\n',
     ),
     Mutation(
         "probe at once on exit",
@@ -416,16 +413,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "pytest_args",
         nargs="*",
-        help=f"passed to pytest (default: <site-packages>/{_PATCH_TESTS}/"
-        f"{_PUSH_HEALTH_TESTS})",
+        help=f"passed to pytest (default: <site-packages>/{_PATCH_TESTS}/{_PUSH_HEALTH_TESTS})",
     )
     args = parser.parse_args(argv)
     try:
         site = args.site_packages or _default_site_packages()
         tests = sorted(str(p) for p in (site / _PATCH_TESTS).glob(_PUSH_HEALTH_TESTS))
         if not args.pytest_args and not tests:
-            raise HarnessError(f"no {_PUSH_HEALTH_TESTS} under {site / _PATCH_TESTS}; run "
-                               f"`make apply-patches` first")
+            raise HarnessError(
+                f"no {_PUSH_HEALTH_TESTS} under {site / _PATCH_TESTS}; run "
+                f"`make apply-patches` first"
+            )
         results = run_mutations(site, args.pytest_args or tests)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)

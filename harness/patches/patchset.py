@@ -891,8 +891,9 @@ def wheel_serve_tree(wheel: Path) -> str:
         return git_output(["write-tree", f"--prefix={SERVE}/"], repo).strip()
 
 
-def at_the_pin(repo: Path, release: RayRelease, wheel: Path | None,
-               rev: str = "HEAD") -> tuple[str, str]:
+def at_the_pin(
+    repo: Path, release: RayRelease, wheel: Path | None, rev: str = "HEAD"
+) -> tuple[str, str]:
     """(the commit `rev` names, why it counts as the pin), or a refusal.
 
     A real checkout is at the pin when HEAD is the pinned commit. There is no
@@ -900,13 +901,13 @@ def at_the_pin(repo: Path, release: RayRelease, wheel: Path | None,
     counts: a repo whose python/ray/serve is the wheel's tree byte for byte. No
     real Ray commit matches that (its tree has BUILD files and tests the wheel
     lacks), so the two cases cannot be confused."""
-    head = git_output(["rev-parse", "--verify", f"{rev}^{{commit}}"], repo,
-                      isolated=False).strip()
+    head = git_output(["rev-parse", "--verify", f"{rev}^{{commit}}"], repo, isolated=False).strip()
     if release.commit and head == release.commit:
         return head, f"HEAD is Ray {release.version}'s commit"
     if wheel is not None:
-        found = run_git(["rev-parse", "--verify", "--quiet", f"{head}:{SERVE}"], repo,
-                        isolated=False)
+        found = run_git(
+            ["rev-parse", "--verify", "--quiet", f"{head}:{SERVE}"], repo, isolated=False
+        )
         if found.returncode == 0 and found.stdout.strip() == wheel_serve_tree(wheel):
             return head, f"a stand-in: its {SERVE} is {wheel.name}'s ray/serve, byte for byte"
     stand_in = f" nor a tree whose {SERVE} is {wheel.name}'s" if wheel is not None else ""
@@ -914,23 +915,33 @@ def at_the_pin(repo: Path, release: RayRelease, wheel: Path | None,
         f"{repo} is at {head}, which is neither Ray {release.version}'s commit "
         f"{release.commit}{stand_in}. Nothing was changed. Run `git -C {repo} switch "
         f"--detach {release.commit}` (or build a stand-in with `python -m harness upstream "
-        f"standin`) and run again.")
+        f"standin`) and run again."
+    )
 
 
 def _patch_id(diff: str, repo: Path) -> str | None:
     """git's id of a change, the same for a patch file and the commit it made
     (line numbers and whitespace do not count); None for no change."""
-    result = subprocess.run(["git", "patch-id", "--stable"], input=diff, cwd=repo,
-                            env=git_env(isolated=True), capture_output=True, text=True,
-                            errors="replace")
+    result = subprocess.run(
+        ["git", "patch-id", "--stable"],
+        input=diff,
+        cwd=repo,
+        env=git_env(isolated=True),
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
     return result.stdout.split()[0] if result.returncode == 0 and result.stdout else None
 
 
 def _carries_series(repo: Path, patches: Sequence[Path]) -> str | None:
     """The commit below HEAD's last len(patches) commits when those are the
     series, in order (by patch id); None otherwise."""
-    base = run_git(["rev-parse", "--verify", "--quiet", f"HEAD~{len(patches)}^{{commit}}"],
-                   repo, isolated=False)
+    base = run_git(
+        ["rev-parse", "--verify", "--quiet", f"HEAD~{len(patches)}^{{commit}}"],
+        repo,
+        isolated=False,
+    )
     if not patches or base.returncode != 0:
         return None
     for i, patch in enumerate(patches):
@@ -956,14 +967,19 @@ class CheckoutResult:
     def format(self) -> str:
         where = f"on {self.base[:12]} ({self.why})"
         if self.already:
-            return (f"patches: {self.repo} already carries the series, {self.count} commits "
-                    f"{where}; nothing to do")
-        return (f"patches: {self.count} patches applied to {self.repo} with git am, one "
-                f"commit each, {where}")
+            return (
+                f"patches: {self.repo} already carries the series, {self.count} commits "
+                f"{where}; nothing to do"
+            )
+        return (
+            f"patches: {self.count} patches applied to {self.repo} with git am, one "
+            f"commit each, {where}"
+        )
 
 
-def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease,
-                      wheel: Path | None = None) -> CheckoutResult:
+def apply_to_checkout(
+    ray_src: Path, patches: list[Path], release: RayRelease, wheel: Path | None = None
+) -> CheckoutResult:
     """`git am --3way` the series onto a clean Ray checkout at the pin: the pinned
     commit or, with the pinned `wheel`, a stand-in (`at_the_pin`, the check
     pr-branches makes). A checkout whose last commits already are the series, on
@@ -976,8 +992,11 @@ def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease,
             f"patches/PIN names no commit for Ray {release.version}, so a checkout cannot be "
             f"checked against it. Nothing was changed. Add `commit = ...` under [ray]."
         )
-    repo = checkout_top(ray_src, "a clone of https://github.com/ray-project/ray, or a stand-in "
-                                 "(`python -m harness upstream standin`)")
+    repo = checkout_top(
+        ray_src,
+        "a clone of https://github.com/ray-project/ray, or a stand-in "
+        "(`python -m harness upstream standin`)",
+    )
     try:
         head, why = at_the_pin(repo, release, wheel)
     except HarnessError:
@@ -991,7 +1010,8 @@ def apply_to_checkout(ray_src: Path, patches: list[Path], release: RayRelease,
             raise HarnessError(
                 f"{repo}'s last {len(patches)} commits are the series, but on {base}, which "
                 f"is neither Ray {release.version}'s commit {release.commit} nor a stand-in "
-                f"at the pin. Nothing was changed.") from None
+                f"at the pin. Nothing was changed."
+            ) from None
         return CheckoutResult(repo, base, why, len(patches), already=True)
     refuse_dirty(repo)
     if not patches:

@@ -13,9 +13,20 @@ from harness.scenarios.stale_worker import DrainWindowAdmission, StaleWorkerDrai
 from harness.scenarios.streaming_drain import StreamingDrain
 from harness.scenarios.websocket_drain import WebSocketDrain
 
-SCENARIOS = {s.name: s for s in (StaleWorkerDrain, DrainWindowAdmission, SpotPreemption,
-                                  HealthFailure, ControllerLag, StuckReceiver,
-                                  RequestOverrun, MembershipChurn, StreamingDrain,
-                                  WebSocketDrain)}
+SCENARIOS = {
+    s.name: s
+    for s in (
+        StaleWorkerDrain,
+        DrainWindowAdmission,
+        SpotPreemption,
+        HealthFailure,
+        ControllerLag,
+        StuckReceiver,
+        RequestOverrun,
+        MembershipChurn,
+        StreamingDrain,
+        WebSocketDrain,
+    )
+}
 
 __all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]

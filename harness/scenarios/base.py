@@ -73,8 +73,7 @@ def stock_and_patched() -> list[images.ImageSpec]:
 # The patched image's configurations in the HAProxy scenarios, by the suffix
 # of a run's label: as configured, and with dynamic membership (the head's
 # HAProxy follows replica changes without a reload).
-PATCHED_CONFIGS = {"": {}, "dynamic membership": {
-    "RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1"}}
+PATCHED_CONFIGS = {"": {}, "dynamic membership": {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1"}}
 
 
 def patched_config_labels(spec: images.ImageSpec, dynamic: bool = True) -> list[str]:
@@ -87,8 +86,9 @@ def patched_config_labels(spec: images.ImageSpec, dynamic: bool = True) -> list[
 
 def patched_config_env(label: str) -> dict[str, str]:
     """The extra node environment of the run labelled `label`."""
-    return next((env for suffix, env in PATCHED_CONFIGS.items()
-                 if suffix and label.endswith(suffix)), {})
+    return next(
+        (env for suffix, env in PATCHED_CONFIGS.items() if suffix and label.endswith(suffix)), {}
+    )
 
 
 class Scenario:
@@ -98,8 +98,10 @@ class Scenario:
     @staticmethod
     def default_images() -> list[images.ImageSpec]:
         pin = load_pin()
-        return [images.ImageSpec(pin.baseline.version, "stock"),
-                images.ImageSpec(pin.ray.version, "patched")]
+        return [
+            images.ImageSpec(pin.baseline.version, "stock"),
+            images.ImageSpec(pin.ray.version, "patched"),
+        ]
 
     @property
     def options(self) -> dict:
@@ -131,8 +133,10 @@ class Scenario:
             findings.append(f"{run.label}: {'PASSED' if run.passed else 'FAILED'}")
         baseline_failed = any(not r.passed for r in baselines)
         if baselines and not baseline_failed:
-            findings.append("the baseline did not fail, so this run proves nothing about a "
-                            "fix; it only shows that both images behave")
+            findings.append(
+                "the baseline did not fail, so this run proves nothing about a "
+                "fix; it only shows that both images behave"
+            )
         return fixed.passed and (baseline_failed or not baselines), findings
 
     def sections(self, runs: dict[str, ImageRun]) -> dict[str, str]:
@@ -151,8 +155,9 @@ class Scenario:
 HEAD_PIDS = "head haproxy pids"  # observation: the head's HAProxy processes, when they changed
 
 
-async def watch_head_haproxy(cluster: Cluster, history: History, stop: asyncio.Event,
-                             on_start=None, every_s: float = 0.25) -> None:
+async def watch_head_haproxy(
+    cluster: Cluster, history: History, stop: asyncio.Event, on_start=None, every_s: float = 0.25
+) -> None:
     """Observe the head's HAProxy processes whenever they change, until `stop`;
     `on_start(now)` when a new one has appeared (a reload)."""
     seen: set[int] = set()
@@ -171,8 +176,9 @@ def haproxy_starts(history: History) -> list[tuple[float, set[int]]]:
     """When the head started HAProxy processes after the first observation,
     and which, from `watch_head_haproxy`'s record."""
     seen = [(e.time, set(e.detail["value"])) for e in history.observed(HEAD_PIDS, "head")]
-    return [(t, pids - before) for (_, before), (t, pids) in itertools.pairwise(seen)
-            if pids - before]
+    return [
+        (t, pids - before) for (_, before), (t, pids) in itertools.pairwise(seen) if pids - before
+    ]
 
 
 def history_name(label: str) -> str:
@@ -186,23 +192,32 @@ def clear_histories(out_dir: Path) -> None:
         stale.unlink()
 
 
-def observe_log_lines(history: History, cluster: Cluster, node: Node, needles: list[str],
-                      target: str, where: str = "/logs/serve/") -> None:
+def observe_log_lines(
+    history: History,
+    cluster: Cluster,
+    node: Node,
+    needles: list[str],
+    target: str,
+    where: str = "/logs/serve/",
+) -> None:
     """Keep the node's log lines that contain any needle, each at its own time."""
     for stamp, line in cluster.log_lines(node, needles, where):
         history.observe(LOG_LINE, line, stamp, target=target)
 
 
-def logged(history: History, target: str, needle: str, since: float = float("-inf")
-           ) -> list[float]:
+def logged(history: History, target: str, needle: str, since: float = float("-inf")) -> list[float]:
     """When the kept log lines of `target` that contain `needle` were written,
     from `since` on, in time order."""
-    return [e.time for e in history.observed(LOG_LINE, target)
-            if needle in e.detail["value"] and e.time >= since]
+    return [
+        e.time
+        for e in history.observed(LOG_LINE, target)
+        if needle in e.detail["value"] and e.time >= since
+    ]
 
 
-def run_scenario(scenario: Scenario, specs: list[images.ImageSpec] | None = None,
-                 out_dir: Path | None = None) -> ScenarioOutcome:
+def run_scenario(
+    scenario: Scenario, specs: list[images.ImageSpec] | None = None, out_dir: Path | None = None
+) -> ScenarioOutcome:
     started = time.monotonic()
     specs = specs or scenario.default_images()
     out_dir = out_dir or RESULTS_DIR / scenario.name
@@ -211,27 +226,38 @@ def run_scenario(scenario: Scenario, specs: list[images.ImageSpec] | None = None
     histories: list[History] = []
     for spec, tag in tags.items():
         for label in scenario.labels(spec):
-            print(f"scenario {scenario.name}: running on {label} "
-                  f"({time.monotonic() - started:.0f}s so far)", flush=True)
+            print(
+                f"scenario {scenario.name}: running on {label} "
+                f"({time.monotonic() - started:.0f}s so far)",
+                flush=True,
+            )
             t = time.monotonic()
             history = scenario.run_once(tag, label)
-            history.meta.update(label=label, image=tag, scenario=scenario.name,
-                                options=scenario.options, order=len(histories),
-                                wall_s=round(time.monotonic() - t, 1))
+            history.meta.update(
+                label=label,
+                image=tag,
+                scenario=scenario.name,
+                options=scenario.options,
+                order=len(histories),
+                wall_s=round(time.monotonic() - t, 1),
+            )
             # Saved before judging: a run that is judged wrongly can be judged again.
             history.save(out_dir / history_name(label))
             histories.append(history)
             failed = sum(not r.ok for r in history.requests)
-            print(f"scenario {scenario.name}: {label}: {failed} of "
-                  f"{len(history.requests)} requests failed ({history.meta['wall_s']:.0f}s)",
-                  flush=True)
+            print(
+                f"scenario {scenario.name}: {label}: {failed} of "
+                f"{len(history.requests)} requests failed ({history.meta['wall_s']:.0f}s)",
+                flush=True,
+            )
     outcome = judge_runs(scenario, histories, out_dir)
     outcome.wall_s = time.monotonic() - started
     return outcome
 
 
-def judge_runs(scenario: Scenario, histories: list[History], out_dir: Path,
-               notes: list[str] | None = None) -> ScenarioOutcome:
+def judge_runs(
+    scenario: Scenario, histories: list[History], out_dir: Path, notes: list[str] | None = None
+) -> ScenarioOutcome:
     """Judge saved or fresh histories of one scenario and write its report;
     reads nothing but the histories. `notes` are findings about how they
     were judged."""
@@ -249,8 +275,10 @@ def judge_runs(scenario: Scenario, histories: list[History], out_dir: Path,
     incomplete = [run.label for run in runs.values() if run.verdict.record_gap]
     if incomplete:
         as_expected = False
-        findings.append(f"the record of {', '.join(incomplete)} is incomplete, so nothing "
-                        f"can be concluded from it")
+        findings.append(
+            f"the record of {', '.join(incomplete)} is incomplete, so nothing "
+            f"can be concluded from it"
+        )
     findings += notes or []
     sections = {"Outcome": "\n".join(f"- {f}" for f in findings), **scenario.sections(runs)}
     judgement = {
@@ -258,12 +286,21 @@ def judge_runs(scenario: Scenario, histories: list[History], out_dir: Path,
         "options": scenario.options,
         "as_expected": as_expected,
         "findings": findings,
-        "runs": {run.label: {"passed": run.passed, "wall_s": run.wall_s,
-                             "checks": [{"what": what, "held": ok} for what, ok in run.checks],
-                             "facts": run.facts}
-                 for run in runs.values()},
+        "runs": {
+            run.label: {
+                "passed": run.passed,
+                "wall_s": run.wall_s,
+                "checks": [{"what": what, "held": ok} for what, ok in run.checks],
+                "facts": run.facts,
+            }
+            for run in runs.values()
+        },
     }
-    paths = report.write_report(out_dir, scenario.title,
-                                {r.label: (r.history, r.verdict) for r in runs.values()},
-                                sections, judgement)
+    paths = report.write_report(
+        out_dir,
+        scenario.title,
+        {r.label: (r.history, r.verdict) for r in runs.values()},
+        sections,
+        judgement,
+    )
     return ScenarioOutcome(scenario.name, runs, as_expected, findings, paths, 0.0)

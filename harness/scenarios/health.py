@@ -49,8 +49,9 @@ REPLICAS_BEFORE, REPLICAS_AFTER = "replicas before", "replicas after"
 PROBE_RATE = "probes per period"
 
 
-def wait_for_unhealthy(cluster: Cluster, replica: str | None, since: float,
-                       timeout_s: float) -> float | None:
+def wait_for_unhealthy(
+    cluster: Cluster, replica: str | None, since: float, timeout_s: float
+) -> float | None:
     """When the controller decided that a replica (any, if None) is unhealthy,
     after `since`."""
     deadline = time.monotonic() + timeout_s
@@ -62,8 +63,9 @@ def wait_for_unhealthy(cluster: Cluster, replica: str | None, since: float,
     return None
 
 
-def wait_replaced(cluster: Cluster, app: str, replicas: int, gone: set[str],
-                  timeout_s: float) -> float | None:
+def wait_replaced(
+    cluster: Cluster, app: str, replicas: int, gone: set[str], timeout_s: float
+) -> float | None:
     """When the app's Echo deployment ran `replicas` alive replicas again, none of
     them one in `gone` (None if not within `timeout_s`): a replaced replica is
     gone only once its actor exited, not when the controller decided."""
@@ -85,17 +87,33 @@ class _HealthScenario(Scenario):
         return dict(PUSH_ENV) if label.endswith("patched") else {}
 
     def _cluster(self, tag: str, label: str, extra_env: dict | None = None) -> Cluster:
-        return Cluster(ClusterConfig(
-            image=tag, name=f"rayspot-{self.name.replace('_', '-')}", workers=1,
-            env={**self._env(label), "RAY_metrics_report_interval_ms": "1000",
-                 **(extra_env or {})},
-            worker_resources={"w": 10}, metrics_port=METRICS_PORT))
+        return Cluster(
+            ClusterConfig(
+                image=tag,
+                name=f"rayspot-{self.name.replace('_', '-')}",
+                workers=1,
+                env={
+                    **self._env(label),
+                    "RAY_metrics_report_interval_ms": "1000",
+                    **(extra_env or {}),
+                },
+                worker_resources={"w": 10},
+                metrics_port=METRICS_PORT,
+            )
+        )
 
     def _deploy(self, cluster: Cluster) -> None:
-        cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app(
-            num_replicas=self.replicas, max_replicas_per_node=None,
-            ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-            health_check_period_s=PERIOD_S, health_check_timeout_s=TIMEOUT_S)))
+        cluster.deploy(
+            appconfigs.deploy_config(
+                appconfigs.echo_app(
+                    num_replicas=self.replicas,
+                    max_replicas_per_node=None,
+                    ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                    health_check_period_s=PERIOD_S,
+                    health_check_timeout_s=TIMEOUT_S,
+                )
+            )
+        )
         cluster.wait_lb_ready()
 
 
@@ -109,17 +127,24 @@ class HealthFailure(_HealthScenario):
             self._deploy(cluster)
 
             async def main():
-                load = asyncio.create_task(open_loop(
-                    "127.0.0.1", cluster.config.lb_port,
-                    LoadSpec(rate=10, duration_s=45, connections=16, timeout_s=30), history))
+                load = asyncio.create_task(
+                    open_loop(
+                        "127.0.0.1",
+                        cluster.config.lb_port,
+                        LoadSpec(rate=10, duration_s=45, connections=16, timeout_s=30),
+                        history,
+                    )
+                )
                 await asyncio.sleep(5)
                 replica = await fail_health_check(history, "127.0.0.1", cluster.config.lb_port)
                 flipped = history.events[-1].time
-                detected = await asyncio.to_thread(wait_for_unhealthy, cluster, replica,
-                                                   flipped - 1, 40)
+                detected = await asyncio.to_thread(
+                    wait_for_unhealthy, cluster, replica, flipped - 1, 40
+                )
                 history.observe(DETECTED, detected, detected or time.time(), target=replica)
-                replaced = await asyncio.to_thread(wait_replaced, cluster, "echo",
-                                                   self.replicas, {replica}, 40)
+                replaced = await asyncio.to_thread(
+                    wait_replaced, cluster, "echo", self.replicas, {replica}, 40
+                )
                 history.observe(REPLACED, replaced, replaced or time.time(), target=replica)
                 await load
 
@@ -131,18 +156,19 @@ class HealthFailure(_HealthScenario):
         replica, flipped = flip.target, flip.time
         detected, replaced = history.value(DETECTED), history.value(REPLACED)
         run = ImageRun(label, history)
-        run.facts["time to detect"] = (f"{detected - flipped:.1f} s" if detected
-                                       else "not detected")
-        run.facts["time to replace"] = (f"{replaced - flipped:.1f} s" if replaced
-                                        else "not replaced")
+        run.facts["time to detect"] = f"{detected - flipped:.1f} s" if detected else "not detected"
+        run.facts["time to replace"] = f"{replaced - flipped:.1f} s" if replaced else "not replaced"
         run.facts["detect_s"] = detected - flipped if detected else None
-        run.checks.append((f"replica {replica} detected unhealthy and replaced",
-                           bool(detected and replaced)))
+        run.checks.append(
+            (f"replica {replica} detected unhealthy and replaced", bool(detected and replaced))
+        )
         return run
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
-        findings = [f"{r.label}: detect {r.facts['time to detect']}, replace "
-                    f"{r.facts['time to replace']}" for r in runs.values()]
+        findings = [
+            f"{r.label}: detect {r.facts['time to detect']}, replace {r.facts['time to replace']}"
+            for r in runs.values()
+        ]
         replaced = all(ok for r in runs.values() for _, ok in r.checks)
         return replaced, findings
 
@@ -156,14 +182,24 @@ class ControllerLag(_HealthScenario):
         history = History()
         with self._cluster(image_tag, label) as cluster:
             self._deploy(cluster)
-            history.observe(REPLICAS_BEFORE, sorted(cluster.replica_names("echo", "Echo")),
-                            time.time())
+            history.observe(
+                REPLICAS_BEFORE, sorted(cluster.replica_names("echo", "Echo")), time.time()
+            )
 
             async def main():
-                load = asyncio.create_task(open_loop(
-                    "127.0.0.1", cluster.config.lb_port,
-                    LoadSpec(rate=10, duration_s=self.cycles * (self.stop_s + self.run_s) + 15,
-                             connections=16, timeout_s=30), history))
+                load = asyncio.create_task(
+                    open_loop(
+                        "127.0.0.1",
+                        cluster.config.lb_port,
+                        LoadSpec(
+                            rate=10,
+                            duration_s=self.cycles * (self.stop_s + self.run_s) + 15,
+                            connections=16,
+                            timeout_s=30,
+                        ),
+                        history,
+                    )
+                )
                 await asyncio.sleep(5)
                 await controller_lag(cluster, history, self.cycles, self.stop_s, self.run_s)
                 await asyncio.sleep(3 * PERIOD_S)
@@ -171,8 +207,9 @@ class ControllerLag(_HealthScenario):
 
             asyncio.run(main())
             observe_log_lines(history, cluster, cluster.head, [UNHEALTHY], "head")
-            history.observe(REPLICAS_AFTER, sorted(cluster.replica_names("echo", "Echo")),
-                            time.time())
+            history.observe(
+                REPLICAS_AFTER, sorted(cluster.replica_names("echo", "Echo")), time.time()
+            )
         return history
 
     def judge(self, label: str, history: History) -> ImageRun:
@@ -187,12 +224,15 @@ class ControllerLag(_HealthScenario):
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         *baselines, push = runs.values()
-        findings = [f"{r.label}: {r.facts['false strikes or kills logged']} false strikes or "
-                    f"kills logged" for r in runs.values()]
-        if baselines and all(r.facts["false strikes or kills logged"] == 0
-                             for r in baselines):
-            findings.append("stock killed no replica either: at these timings the lag does "
-                            "not hurt pull, so this run shows no difference")
+        findings = [
+            f"{r.label}: {r.facts['false strikes or kills logged']} false strikes or kills logged"
+            for r in runs.values()
+        ]
+        if baselines and all(r.facts["false strikes or kills logged"] == 0 for r in baselines):
+            findings.append(
+                "stock killed no replica either: at these timings the lag does "
+                "not hurt pull, so this run shows no difference"
+            )
         return push.facts["false strikes or kills logged"] == 0, findings
 
 
@@ -210,10 +250,16 @@ class StuckReceiver(_HealthScenario):
             history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="before")
 
             async def main():
-                load = asyncio.create_task(open_loop(
-                    "127.0.0.1", cluster.config.lb_port,
-                    LoadSpec(rate=10, duration_s=self.pause_s + 10, connections=16,
-                             timeout_s=30), history))
+                load = asyncio.create_task(
+                    open_loop(
+                        "127.0.0.1",
+                        cluster.config.lb_port,
+                        LoadSpec(
+                            rate=10, duration_s=self.pause_s + 10, connections=16, timeout_s=30
+                        ),
+                        history,
+                    )
+                )
                 await asyncio.sleep(2)
                 await controller_lag(cluster, history, 1, self.pause_s, 0)
                 await load
@@ -232,9 +278,13 @@ class StuckReceiver(_HealthScenario):
         if label.endswith("patched"):
             # Push keeps the probes away while reports arrive; a replica silenced
             # for good would be probed every period again, like stock.
-            run.checks.append((f"reports resumed within a period: probes per period "
-                               f"{after:.2f} stays below half the replicas",
-                               after < self.replicas / 2))
+            run.checks.append(
+                (
+                    f"reports resumed within a period: probes per period "
+                    f"{after:.2f} stays below half the replicas",
+                    after < self.replicas / 2,
+                )
+            )
         return run
 
     def _probe_rate(self, cluster: Cluster, window_s: float = 4 * PERIOD_S) -> float:
@@ -244,7 +294,10 @@ class StuckReceiver(_HealthScenario):
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         *_, push = runs.values()
-        findings = [f"{r.label}: probes per period before "
-                    f"{r.facts['probes per period before the pause']}, after "
-                    f"{r.facts['probes per period after it']}" for r in runs.values()]
+        findings = [
+            f"{r.label}: probes per period before "
+            f"{r.facts['probes per period before the pause']}, after "
+            f"{r.facts['probes per period after it']}"
+            for r in runs.values()
+        ]
         return push.passed, findings

@@ -41,8 +41,10 @@ ENV = {
     # Removed replicas go quickly, so the churn never runs out of room for new ones.
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
 }
-FLAGS_ON = {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1",
-            "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1"}
+FLAGS_ON = {
+    "RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1",
+    "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1",
+}
 FLAGS_ON_LABEL, FLAGS_OFF_LABEL = "flags on", "flags off"
 # Observations: the head's HAProxy pids before the churn and every 0.5 s during
 # it, and the in-cluster churn driver's own record of the changes it made.
@@ -64,10 +66,13 @@ def _apps(replicas: int) -> dict:
     apps = []
     for name, route in CHURNED_APPS:
         app = appconfigs.echo_app(
-            num_replicas=replicas, max_replicas_per_node=None,
+            num_replicas=replicas,
+            max_replicas_per_node=None,
             ray_actor_options={"num_cpus": 0, "resources": {"w": 0.01}},
-            graceful_shutdown_timeout_s=LONG_S + 3, graceful_shutdown_wait_loop_s=1,
-            max_ongoing_requests=100)
+            graceful_shutdown_timeout_s=LONG_S + 3,
+            graceful_shutdown_wait_loop_s=1,
+            max_ongoing_requests=100,
+        )
         apps.append({**app, "name": name, "route_prefix": route})
     return appconfigs.deploy_config(*apps)
 
@@ -76,8 +81,13 @@ class MembershipChurn(Scenario):
     name = "membership_churn"
     title = "A replica swapped every second under keep-alive load"
 
-    def __init__(self, duration_s: float = 60.0, interval_s: float = 1.0,
-                 rate: float = 60.0, connections: int = 24) -> None:
+    def __init__(
+        self,
+        duration_s: float = 60.0,
+        interval_s: float = 1.0,
+        rate: float = 60.0,
+        connections: int = 24,
+    ) -> None:
         self.duration_s, self.interval_s = duration_s, interval_s
         self.rate, self.connections = rate, connections
 
@@ -91,8 +101,9 @@ class MembershipChurn(Scenario):
     def run_once(self, image_tag: str, label: str) -> History:
         history = History()
         env = {**ENV, **(FLAGS_ON if label.endswith(FLAGS_ON_LABEL) else {})}
-        config = ClusterConfig(image=image_tag, name="rayspot-churn", workers=1, env=env,
-                               worker_resources={"w": 10})
+        config = ClusterConfig(
+            image=image_tag, name="rayspot-churn", workers=1, env=env, worker_resources={"w": 10}
+        )
         with Cluster(config) as cluster:
             cluster.deploy(_apps(LOW))
             history.observe(PIDS_BEFORE, sorted(cluster.haproxy_pids(cluster.head)), time.time())
@@ -113,10 +124,13 @@ class MembershipChurn(Scenario):
         return run
 
     async def _churn(self, cluster: Cluster, history: History) -> None:
-        spec = LoadSpec(rate=self.rate, duration_s=self.duration_s + 4,
-                        connections=self.connections,
-                        mix=Mix(short=0.95, long=0.05, long_s=(LONG_S, LONG_S)),
-                        timeout_s=30)
+        spec = LoadSpec(
+            rate=self.rate,
+            duration_s=self.duration_s + 4,
+            connections=self.connections,
+            mix=Mix(short=0.95, long=0.05, long_s=(LONG_S, LONG_S)),
+            timeout_s=30,
+        )
         load = asyncio.create_task(open_loop(cluster.head.ip, SERVE_PORT, spec, history))
         done = asyncio.Event()
 
@@ -128,14 +142,34 @@ class MembershipChurn(Scenario):
 
         sampler = asyncio.create_task(sample_pids())
         await asyncio.sleep(2)
-        result = await asyncio.to_thread(cluster.exec_head, [
-            "churn", json.dumps(_apps(LOW)), "--apps", ",".join(n for n, _ in CHURNED_APPS),
-            "--low", str(LOW), "--high", str(HIGH), "--interval", str(self.interval_s),
-            "--duration", str(self.duration_s)])
+        result = await asyncio.to_thread(
+            cluster.exec_head,
+            [
+                "churn",
+                json.dumps(_apps(LOW)),
+                "--apps",
+                ",".join(n for n, _ in CHURNED_APPS),
+                "--low",
+                str(LOW),
+                "--high",
+                str(HIGH),
+                "--interval",
+                str(self.interval_s),
+                "--duration",
+                str(self.duration_s),
+            ],
+        )
         history.observe(CHURN, result, time.time())
         for change in result["changes"]:
-            history.add_event(Event(change["at"], "membership_churn", "mark", change["app"],
-                                    {"label": f"{change['app']} -> {change['replicas']}"}))
+            history.add_event(
+                Event(
+                    change["at"],
+                    "membership_churn",
+                    "mark",
+                    change["app"],
+                    {"label": f"{change['app']} -> {change['replicas']}"},
+                )
+            )
         await load
         done.set()
         await sampler
@@ -148,11 +182,14 @@ class MembershipChurn(Scenario):
                 f"{run.label}: {failures} of {run.verdict.requests} requests failed "
                 f"({dict(run.verdict.failures_by_class) or 'none'}); "
                 f"{run.facts['HAProxy processes started on the head']} HAProxy processes "
-                f"started for {run.facts['membership changes']} membership changes")
+                f"started for {run.facts['membership changes']} membership changes"
+            )
             if run.label.endswith(FLAGS_ON_LABEL):
                 ok &= failures == 0 and run.facts["HAProxy processes started on the head"] == 0
             elif failures == 0:
                 ok = False
-                findings.append(f"{run.label} did not fail: the churn did not reproduce the "
-                                f"stale-worker errors, so the flags-on run proves nothing")
+                findings.append(
+                    f"{run.label} did not fail: the churn did not reproduce the "
+                    f"stale-worker errors, so the flags-on run proves nothing"
+                )
         return ok, findings

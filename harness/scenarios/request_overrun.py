@@ -46,44 +46,68 @@ class RequestOverrun(Scenario):
         history = History({"ladders": LADDERS})
         for ladder, (request_timeout_s, timeout_server_s, _) in LADDERS.items():
             config = ClusterConfig(
-                image=image_tag, name="rayspot-overrun", workers=1,
-                env={"RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(timeout_server_s)})
+                image=image_tag,
+                name="rayspot-overrun",
+                workers=1,
+                env={"RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(timeout_server_s)},
+            )
             with Cluster(config) as cluster:
-                cluster.deploy(appconfigs.deploy_config(
-                    # Room for every request at once: a queued control would
-                    # time out too, for a reason that is not its own.
-                    appconfigs.echo_app(num_replicas=2, max_replicas_per_node=None,
-                                        max_ongoing_requests=100),
-                    http_options={"request_timeout_s": request_timeout_s}))
+                cluster.deploy(
+                    appconfigs.deploy_config(
+                        # Room for every request at once: a queued control would
+                        # time out too, for a reason that is not its own.
+                        appconfigs.echo_app(
+                            num_replicas=2, max_replicas_per_node=None, max_ongoing_requests=100
+                        ),
+                        http_options={"request_timeout_s": request_timeout_s},
+                    )
+                )
                 asyncio.run(self._send(cluster.head.ip, ladder, history))
         return history
 
     def judge(self, label: str, history: History) -> ImageRun:
         run = ImageRun(label, history)
-        for ladder, (request_timeout_s, timeout_server_s, expected) in \
-                history.meta["ladders"].items():
+        for ladder, (request_timeout_s, timeout_server_s, expected) in history.meta[
+            "ladders"
+        ].items():
             overruns = [r for r in history.requests if r.kind == f"overrun, {ladder}"]
             controls = [r for r in history.requests if r.kind == f"control, {ladder}"]
             statuses = sorted({r.status for r in overruns}, key=str)
             run.facts[f"{ladder}: overrun statuses"] = statuses
             run.facts[f"{ladder}: overrun answered after"] = (
                 f"{min(r.latency for r in overruns):.2f}-{max(r.latency for r in overruns):.2f} s"
-                if overruns else "-")
-            run.checks.append((f"{ladder} (request_timeout_s {request_timeout_s:g}, timeout "
-                               f"server {timeout_server_s}): every {OVERRUN_S:g} s request "
-                               f"answered {expected}", statuses == [expected]))
-            run.checks.append((f"{ladder}: every {CONTROL_S:g} s control request succeeded",
-                               bool(controls) and all(r.ok for r in controls)))
+                if overruns
+                else "-"
+            )
+            run.checks.append(
+                (
+                    f"{ladder} (request_timeout_s {request_timeout_s:g}, timeout "
+                    f"server {timeout_server_s}): every {OVERRUN_S:g} s request "
+                    f"answered {expected}",
+                    statuses == [expected],
+                )
+            )
+            run.checks.append(
+                (
+                    f"{ladder}: every {CONTROL_S:g} s control request succeeded",
+                    bool(controls) and all(r.ok for r in controls),
+                )
+            )
         return run
 
     async def _send(self, host: str, ladder: str, history: History) -> None:
         conns = [HTTPConnection(host, SERVE_PORT, i) for i in range(2 * self.requests)]
         try:
             await asyncio.gather(
-                *(send(history, c, f"/?sleep={OVERRUN_S:g}", f"overrun, {ladder}", 30)
-                  for c in conns[:self.requests]),
-                *(send(history, c, f"/?sleep={CONTROL_S:g}", f"control, {ladder}", 30)
-                  for c in conns[self.requests:]))
+                *(
+                    send(history, c, f"/?sleep={OVERRUN_S:g}", f"overrun, {ladder}", 30)
+                    for c in conns[: self.requests]
+                ),
+                *(
+                    send(history, c, f"/?sleep={CONTROL_S:g}", f"control, {ladder}", 30)
+                    for c in conns[self.requests :]
+                ),
+            )
         finally:
             for conn in conns:
                 conn.close()
@@ -91,8 +115,14 @@ class RequestOverrun(Scenario):
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         # The overruns are failures to the client by design; what is judged is
         # which status each ladder produces.
-        findings = [f"{run.label}: {what}: {'yes' if ok else 'NO'}"
-                    for run in runs.values() for what, ok in run.checks]
-        findings += [f"{run.label}: {key}: {value}" for run in runs.values()
-                     for key, value in run.facts.items()]
+        findings = [
+            f"{run.label}: {what}: {'yes' if ok else 'NO'}"
+            for run in runs.values()
+            for what, ok in run.checks
+        ]
+        findings += [
+            f"{run.label}: {key}: {value}"
+            for run in runs.values()
+            for key, value in run.facts.items()
+        ]
         return all(ok for run in runs.values() for _, ok in run.checks), findings

@@ -61,49 +61,78 @@ class SpotPreemption(Scenario):
     def run_once(self, image_tag: str, label: str) -> History:
         ladder = self.ladder
         history = History({"ladder_scale": self.scale, "ladder": self._ladder_text()})
-        config = ClusterConfig(image=image_tag, name="rayspot-spot", workers=2,
-                               env=ladder.node_env(), worker_resources={"w": 10})
+        config = ClusterConfig(
+            image=image_tag,
+            name="rayspot-spot",
+            workers=2,
+            env=ladder.node_env(),
+            worker_resources={"w": 10},
+        )
         app = appconfigs.deploy_config(
-            appconfigs.echo_app(num_replicas=4, max_replicas_per_node=None,
-                                ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-                                # The echo handler only sleeps: let a replica hold the
-                                # long-runners of this load without queueing them.
-                                max_ongoing_requests=100, **ladder.deployment_options()),
-            http_options=ladder.http_options())
+            appconfigs.echo_app(
+                num_replicas=4,
+                max_replicas_per_node=None,
+                ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                # The echo handler only sleeps: let a replica hold the
+                # long-runners of this load without queueing them.
+                max_ongoing_requests=100,
+                **ladder.deployment_options(),
+            ),
+            http_options=ladder.http_options(),
+        )
         with Cluster(config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
             target, target_id, replicas = preemption_target(cluster)
-            history.observe(TARGET, {"name": target.name, "node_id": target_id,
-                                     "replicas": replicas}, time.time())
+            history.observe(
+                TARGET,
+                {"name": target.name, "node_id": target_id, "replicas": replicas},
+                time.time(),
+            )
             outcome, first_503 = asyncio.run(self._experiment(cluster, target, history))
             history.observe(PREEMPTION, outcome, outcome["killed"])
             history.observe(FIRST_UNHEALTHY, first_503, first_503 or time.time())
             history.observe(DEATH, _wait_for_death(cluster, target_id), time.time())
-            history.observe(REPLICAS_AFTER, [a for a in cluster.actors() if a["id"] in replicas],
-                            time.time())
+            history.observe(
+                REPLICAS_AFTER, [a for a in cluster.actors() if a["id"] in replicas], time.time()
+            )
             for where in ("head", "target", "raylet"):
-                observe_log_lines(history, cluster, cluster.head if where == "head" else target,
-                                  [needle for _, w, needle in LOG_ROWS if w == where], where,
-                                  "/logs/raylet.out" if where == "raylet" else "/logs/serve/")
+                observe_log_lines(
+                    history,
+                    cluster,
+                    cluster.head if where == "head" else target,
+                    [needle for _, w, needle in LOG_ROWS if w == where],
+                    where,
+                    "/logs/raylet.out" if where == "raylet" else "/logs/serve/",
+                )
             exited_at = _exit_time(target)
             history.observe(EXITED, exited_at, exited_at or time.time())
         return history
 
     def _ladder_text(self) -> str:
         ladder = self.ladder
-        return (f"x{self.scale}: notice {ladder.notice.notice_s:g} s, detection "
-                f"{ladder.notice.detection_s:g} s, drain deadline "
-                f"{ladder.notice.drain_deadline_s:g} s, env {ladder.node_env()}, "
-                f"{ladder.deployment_options()}")
+        return (
+            f"x{self.scale}: notice {ladder.notice.notice_s:g} s, detection "
+            f"{ladder.notice.detection_s:g} s, drain deadline "
+            f"{ladder.notice.drain_deadline_s:g} s, env {ladder.node_env()}, "
+            f"{ladder.deployment_options()}"
+        )
 
     async def _experiment(self, cluster: Cluster, target: Node, history: History):
         ladder = self.ladder
         duration = LEAD_S + ladder.notice.notice_s + TAIL_S
-        spec = LoadSpec(rate=self.rate, duration_s=duration, connections=96,
-                        mix=Mix(short=0.85, long=0.10, stream=0.05,
-                                long_s=(ladder.long_runner_min_s, ladder.long_runner_s)),
-                        timeout_s=ladder.request_timeout_s + 30)
+        spec = LoadSpec(
+            rate=self.rate,
+            duration_s=duration,
+            connections=96,
+            mix=Mix(
+                short=0.85,
+                long=0.10,
+                stream=0.05,
+                long_s=(ladder.long_runner_min_s, ladder.long_runner_s),
+            ),
+            timeout_s=ladder.request_timeout_s + 30,
+        )
         load = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec, history))
         stop = asyncio.Event()
         healthz = asyncio.create_task(_first_unhealthy(target.ip, stop))
@@ -125,32 +154,43 @@ class SpotPreemption(Scenario):
         reason = death.get("DeathReason") if death else None
         target = target["name"]
         run.checks += [
-            (f"{target} held {len(replicas)} replicas, and every one retired before the "
-             f"node went away", bool(replicas) and len(retired) == len(replicas)),
+            (
+                f"{target} held {len(replicas)} replicas, and every one retired before the "
+                f"node went away",
+                bool(replicas) and len(retired) == len(replicas),
+            ),
             (f"death reason {reason} is {PREEMPTED}", str(reason) == PREEMPTED),
             ("the node was not killed before its drain deadline", killed >= deadline - 0.05),
         ]
         # As it ran: the ladder's defaults may have changed since.
         run.facts["ladder (scaled)"] = history.meta["ladder"]
         run.facts["death"] = death
-        rows = [("notice (T0)", t0), ("drain sent (GCS, PREEMPTION, deadline)",
-                                      outcome["drain"]["sent"])]
-        rows.append(("node /-/healthz answers 503 (front LB deregisters)",
-                     history.value(FIRST_UNHEALTHY)))
+        rows = [
+            ("notice (T0)", t0),
+            ("drain sent (GCS, PREEMPTION, deadline)", outcome["drain"]["sent"]),
+        ]
+        rows.append(
+            ("node /-/healthz answers 503 (front LB deregisters)", history.value(FIRST_UNHEALTHY))
+        )
         for title, where, needle in LOG_ROWS:
             stamps = logged(history, where, needle, since=t0 - 0.5)
             rows.append((title, stamps[0] if stamps else None))
         rows.append(("container exited by itself (`ray start --block` ended)", exited_at))
         rows.append(("drain deadline", deadline))
-        rows.append(("container killed (notice ends)" if not outcome["exited_before_kill"]
-                     else "notice ends (node already gone)", killed))
+        rows.append(
+            (
+                "container killed (notice ends)"
+                if not outcome["exited_before_kill"]
+                else "notice ends (node already gone)",
+                killed,
+            )
+        )
         run.facts["timeline"] = rows
         return run
 
     def sections(self, runs):
         sections = super().sections({k: _without_timeline(r) for k, r in runs.items()})
-        lines = ["| event | " + " | ".join(runs) + " |",
-                 "|---|" + "---|" * len(runs)]
+        lines = ["| event | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
         first = next(iter(runs.values())).facts["timeline"]
         for index, (title, _) in enumerate(first):
             cells = []
@@ -159,8 +199,7 @@ class SpotPreemption(Scenario):
                 stamp = run.facts["timeline"][index][1]
                 cells.append(f"+{stamp - t0:.2f} s" if stamp else "not seen")
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
-        sections["Timeline after the notice"] = \
-            "\n".join(lines)
+        sections["Timeline after the notice"] = "\n".join(lines)
         return sections
 
 
@@ -213,5 +252,8 @@ def _exit_time(node: Node) -> float | None:
     finished = state.get("FinishedAt", "")
     if not finished or finished.startswith("0001"):
         return None
-    return datetime.strptime(finished[:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(
-        tzinfo=UTC).timestamp()
+    return (
+        datetime.strptime(finished[:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f")
+        .replace(tzinfo=UTC)
+        .timestamp()
+    )

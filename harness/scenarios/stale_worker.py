@@ -52,12 +52,17 @@ def _app(replicas: int, request_timeout_s: float | None = None) -> dict:
     # deploy path here did not apply Serve's floor (the controller force-killed
     # at STOP + MIN_DRAINING with gst 1), so relying on it would compare
     # different budgets.
-    return appconfigs.deploy_config(appconfigs.echo_app(
-        num_replicas=replicas, max_replicas_per_node=None,
-        ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-        graceful_shutdown_timeout_s=MIN_DRAINING_S + 5, graceful_shutdown_wait_loop_s=2,
-        max_ongoing_requests=100),
-        http_options={"request_timeout_s": request_timeout_s} if request_timeout_s else None)
+    return appconfigs.deploy_config(
+        appconfigs.echo_app(
+            num_replicas=replicas,
+            max_replicas_per_node=None,
+            ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+            graceful_shutdown_timeout_s=MIN_DRAINING_S + 5,
+            graceful_shutdown_wait_loop_s=2,
+            max_ongoing_requests=100,
+        ),
+        http_options={"request_timeout_s": request_timeout_s} if request_timeout_s else None,
+    )
 
 
 class StaleWorkerDrain(Scenario):
@@ -65,15 +70,23 @@ class StaleWorkerDrain(Scenario):
     title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
     request_timeout_s: float | None = None  # http_options.request_timeout_s
 
-    def __init__(self, events: int = 2, stale: int = 20, pins: int = 4, controls: int = 5,
-                 send_after_s: float = 6.2, late_sleep_s: float = 8.0) -> None:
+    def __init__(
+        self,
+        events: int = 2,
+        stale: int = 20,
+        pins: int = 4,
+        controls: int = 5,
+        send_after_s: float = 6.2,
+        late_sleep_s: float = 8.0,
+    ) -> None:
         self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
         self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
 
     def run_once(self, image_tag: str, label: str) -> History:
         history = History()
-        config = ClusterConfig(image=image_tag, name="rayspot-stale", workers=1, env=ENV,
-                               worker_resources={"w": 10})
+        config = ClusterConfig(
+            image=image_tag, name="rayspot-stale", workers=1, env=ENV, worker_resources={"w": 10}
+        )
         with Cluster(config) as cluster:
             for number in range(self.events):
                 cluster.deploy(_app(2, self.request_timeout_s))
@@ -86,11 +99,12 @@ class StaleWorkerDrain(Scenario):
         stops = logged(history, "head", STOPPING)
         per_event, offsets = self._per_event(history, stops)
         run.facts["failed stale requests per event"] = per_event
-        run.facts["late requests sent at STOP +"] = [f"{o:.2f} s" if o is not None else "?"
-                                                    for o in offsets]
+        run.facts["late requests sent at STOP +"] = [
+            f"{o:.2f} s" if o is not None else "?" for o in offsets
+        ]
         run.facts["pins severed per event (expected on every version)"] = [
-            sum(1 for error in e.detail["value"]["done"] if error)
-            for e in history.observed(PINS)]
+            sum(1 for error in e.detail["value"]["done"] if error) for e in history.observed(PINS)
+        ]
         return run
 
     async def _event(self, cluster: Cluster, history: History, number: int) -> None:
@@ -103,25 +117,35 @@ class StaleWorkerDrain(Scenario):
         pins = [asyncio.create_task(c.get("/?sleep=40", "pin", 60)) for c in pin_conns]
         await asyncio.sleep(1.0)
 
-        history.add_event(Event(time.time(), "scale_down", "start", f"event {number}",
-                                {"label": "2 -> 1 replicas"}))
+        history.add_event(
+            Event(
+                time.time(), "scale_down", "start", f"event {number}", {"label": "2 -> 1 replicas"}
+            )
+        )
         await asyncio.to_thread(cluster.deploy, _app(1, self.request_timeout_s), wait=False)
         returned = time.time()
-        history.add_event(Event(returned, "scale_down", "mark", f"event {number}",
-                                {"label": "deploy returned"}))
+        history.add_event(
+            Event(returned, "scale_down", "mark", f"event {number}", {"label": "deploy returned"})
+        )
         await asyncio.sleep(max(0.0, returned + self.send_after_s - time.time()))
-        history.add_event(Event(time.time(), "scale_down", "mark", f"event {number}",
-                                {"label": LATE_SENT}))
+        history.add_event(
+            Event(time.time(), "scale_down", "mark", f"event {number}", {"label": LATE_SENT})
+        )
         path = f"/?sleep={self.late_sleep_s:g}"
-        controls = [HTTPConnection(host, SERVE_PORT, base + 500 + i)
-                    for i in range(self.controls)]
-        await asyncio.gather(*(send(history, c, path, "stale", 30) for c in stale),
-                             *(send(history, c, path, "control", 30) for c in controls))
+        controls = [HTTPConnection(host, SERVE_PORT, base + 500 + i) for i in range(self.controls)]
+        await asyncio.gather(
+            *(send(history, c, path, "stale", 30) for c in stale),
+            *(send(history, c, path, "control", 30) for c in controls),
+        )
         history.add_event(Event(time.time(), "scale_down", "end", f"event {number}"))
 
         done = [p.result().error for p in pins if p.done()]
-        history.observe(PINS, {"done": done, "running": len(pins) - len(done)}, time.time(),
-                        target=f"event {number}")
+        history.observe(
+            PINS,
+            {"done": done, "running": len(pins) - len(done)},
+            time.time(),
+            target=f"event {number}",
+        )
         for p in pins:
             p.cancel()
         await asyncio.gather(*pins, return_exceptions=True)
@@ -135,8 +159,11 @@ class StaleWorkerDrain(Scenario):
         for index, mark in enumerate(marks):
             begin = starts[index]
             end = starts[index + 1] if index + 1 < len(starts) else float("inf")
-            failed = [r for r in history.requests
-                      if r.kind == "stale" and r.error and begin <= r.start < end]
+            failed = [
+                r
+                for r in history.requests
+                if r.kind == "stale" and r.error and begin <= r.start < end
+            ]
             per_event.append(len(failed))
             stop = next((s for s in stops if s >= begin - 1.0), None)
             offsets.append(mark.time - stop if stop else None)
@@ -150,15 +177,21 @@ class StaleWorkerDrain(Scenario):
             failed = run.facts["failed stale requests per event"]
             every = all(n >= 1 for n in failed)
             ok &= every
-            findings.append(f"{run.label}: failed stale requests per event {failed} "
-                            f"({'reproduced in every event' if every else 'NOT reproduced'})")
+            findings.append(
+                f"{run.label}: failed stale requests per event {failed} "
+                f"({'reproduced in every event' if every else 'NOT reproduced'})"
+            )
         fixed_failed = fixed.verdict.failures
         ok &= fixed_failed == 0
-        findings.append(f"{fixed.label}: {fixed_failed} failed requests in "
-                        f"{len(fixed.facts['failed stale requests per event'])} events")
+        findings.append(
+            f"{fixed.label}: {fixed_failed} failed requests in "
+            f"{len(fixed.facts['failed stale requests per event'])} events"
+        )
         if baselines and not ok and fixed_failed == 0:
-            findings.append("the baseline did not fail in every event: the scenario did not "
-                            "reproduce the bug, so it proves nothing about the fix")
+            findings.append(
+                "the baseline did not fail in every event: the scenario did not "
+                "reproduce the bug, so it proves nothing about the fix"
+            )
         return ok, findings
 
 
@@ -177,8 +210,15 @@ class DrainWindowAdmission(StaleWorkerDrain):
     title = "Long requests admitted inside the drain window (ordering E)"
     request_timeout_s = 10.0
 
-    def __init__(self, events: int = 2, stale: int = 20, pins: int = 4, controls: int = 5,
-                 send_after_s: float = 2.5, late_sleep_s: float = 8.0) -> None:
+    def __init__(
+        self,
+        events: int = 2,
+        stale: int = 20,
+        pins: int = 4,
+        controls: int = 5,
+        send_after_s: float = 2.5,
+        late_sleep_s: float = 8.0,
+    ) -> None:
         super().__init__(events, stale, pins, controls, send_after_s, late_sleep_s)
 
     default_images = staticmethod(stock_and_patched)

@@ -60,13 +60,18 @@ IDLE_FROM = "idle streams due from"
 LOOP, IDLE, PRIME = "stream loop", "idle stream", "prime"  # request kinds
 
 
-
 class StreamingDrain(Scenario):
     name = "streaming_drain"
     title = "Streams across the reloads a spot preemption causes on a surviving node"
 
-    def __init__(self, scale: float = 0.5, loops: int = 8, idle: int = 8,
-                 rate: float = 10.0, dynamic: bool = True) -> None:
+    def __init__(
+        self,
+        scale: float = 0.5,
+        loops: int = 8,
+        idle: int = 8,
+        rate: float = 10.0,
+        dynamic: bool = True,
+    ) -> None:
         self.ladder = Ladder().scaled(scale)
         self.scale, self.loops, self.idle, self.rate = scale, loops, idle, rate
         self.dynamic = dynamic  # also run the patched image with dynamic membership
@@ -81,14 +86,23 @@ class StreamingDrain(Scenario):
     def run_once(self, image_tag: str, label: str) -> History:
         extra = patched_config_env(label)
         history = History({"ladder_scale": self.scale, "env": extra, "chunks": self.chunks})
-        config = ClusterConfig(image=image_tag, name="rayspot-streaming", workers=2,
-                               env={**self.ladder.node_env(), **extra},
-                               worker_resources={"w": 10})
+        config = ClusterConfig(
+            image=image_tag,
+            name="rayspot-streaming",
+            workers=2,
+            env={**self.ladder.node_env(), **extra},
+            worker_resources={"w": 10},
+        )
         app = appconfigs.deploy_config(
-            appconfigs.echo_app(num_replicas=4, max_replicas_per_node=None,
-                                ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-                                max_ongoing_requests=100, **self.ladder.deployment_options()),
-            http_options=self.ladder.http_options())
+            appconfigs.echo_app(
+                num_replicas=4,
+                max_replicas_per_node=None,
+                ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                max_ongoing_requests=100,
+                **self.ladder.deployment_options(),
+            ),
+            http_options=self.ladder.http_options(),
+        )
         with Cluster(config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
@@ -115,20 +129,40 @@ class StreamingDrain(Scenario):
                 first_reload.set_result(now)
 
         watcher = asyncio.create_task(watch_head_haproxy(cluster, history, stop, reloaded))
-        loops = [asyncio.create_task(self._loop(HTTPConnection(head, SERVE_PORT, 2000 + i),
-                                                history, stream, timeout_s, stop,
-                                                i * self.chunks * 0.2 / self.loops))
-                 for i in range(self.loops)]
-        spec = LoadSpec(rate=self.rate, duration_s=LEAD_S + notice.notice_s + TAIL_S,
-                        connections=64, timeout_s=timeout_s,
-                        mix=Mix(short=0.7, stream=0.3, stream_chunks=40))
+        loops = [
+            asyncio.create_task(
+                self._loop(
+                    HTTPConnection(head, SERVE_PORT, 2000 + i),
+                    history,
+                    stream,
+                    timeout_s,
+                    stop,
+                    i * self.chunks * 0.2 / self.loops,
+                )
+            )
+            for i in range(self.loops)
+        ]
+        spec = LoadSpec(
+            rate=self.rate,
+            duration_s=LEAD_S + notice.notice_s + TAIL_S,
+            connections=64,
+            timeout_s=timeout_s,
+            mix=Mix(short=0.7, stream=0.3, stream_chunks=40),
+        )
         lb = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec, history))
         await asyncio.sleep(LEAD_S)
         preempted.set()
         preemption = asyncio.create_task(spot_preemption(cluster, target, history, notice))
         idle_streams = asyncio.create_task(
-            self._idle_streams(idle, history, stream, timeout_s, first_reload,
-                               time.time() + notice.detection_s + notice.drain_deadline_s / 2))
+            self._idle_streams(
+                idle,
+                history,
+                stream,
+                timeout_s,
+                first_reload,
+                time.time() + notice.detection_s + notice.drain_deadline_s / 2,
+            )
+        )
         await preemption
         await asyncio.sleep(TAIL_S)
         stop.set()
@@ -137,27 +171,42 @@ class StreamingDrain(Scenario):
         for conn in idle:
             conn.close()
 
-    async def _loop(self, conn: HTTPConnection, history: History, path: str, timeout_s: float,
-                    stop: asyncio.Event, delay_s: float) -> None:
+    async def _loop(
+        self,
+        conn: HTTPConnection,
+        history: History,
+        path: str,
+        timeout_s: float,
+        stop: asyncio.Event,
+        delay_s: float,
+    ) -> None:
         """One stream after another on one connection, until `stop`."""
         await asyncio.sleep(delay_s)
         while not stop.is_set():
             await send(history, conn, path, LOOP, timeout_s)
         conn.close()
 
-    async def _idle_streams(self, idle: list[HTTPConnection], history: History, path: str,
-                            timeout_s: float, first_reload: asyncio.Future,
-                            fallback: float) -> None:
+    async def _idle_streams(
+        self,
+        idle: list[HTTPConnection],
+        history: History,
+        path: str,
+        timeout_s: float,
+        first_reload: asyncio.Future,
+        fallback: float,
+    ) -> None:
         """A stream on each idle connection, staggered from IDLE_AFTER_RELOAD_S
         after the head's first reload; with no reload (dynamic membership),
         from `fallback`, in the middle of the drain."""
         try:
-            since = await asyncio.wait_for(asyncio.shield(first_reload),
-                                           max(0.0, fallback - time.time()))
+            since = await asyncio.wait_for(
+                asyncio.shield(first_reload), max(0.0, fallback - time.time())
+            )
         except TimeoutError:
             since = fallback - IDLE_AFTER_RELOAD_S
-        history.observe(IDLE_FROM, {"first_reload": first_reload.done(), "since": since},
-                        time.time())
+        history.observe(
+            IDLE_FROM, {"first_reload": first_reload.done(), "since": since}, time.time()
+        )
 
         async def one(index: int, conn: HTTPConnection) -> None:
             due = since + IDLE_AFTER_RELOAD_S + index * IDLE_STAGGER_S
@@ -173,14 +222,17 @@ class StreamingDrain(Scenario):
             by_kind.setdefault(row.kind, []).append(row)
         run.facts["failed / sent, by kind"] = {
             kind: f"{sum(not r.ok for r in rows)} / {len(rows)}"
-            for kind, rows in sorted(by_kind.items())}
+            for kind, rows in sorted(by_kind.items())
+        }
         notice = next(e.time for e in history.events if e.fault == "spot_preemption")
         started = [pid for t, pids in haproxy_starts(history) if t >= notice for pid in pids]
         run.facts["HAProxy processes started on the head after the notice"] = len(started)
         idle_from = history.value(IDLE_FROM)
         run.facts["idle streams sent from"] = (
             f"{IDLE_AFTER_RELOAD_S:g} s after the head's first reload"
-            if idle_from and idle_from["first_reload"] else "the middle of the drain (no reload)")
+            if idle_from and idle_from["first_reload"]
+            else "the middle of the drain (no reload)"
+        )
         failed = sum(not r.ok for r in history.requests)
         run.checks.append((f"no request failed ({failed} did)", failed == 0))
         return run
@@ -192,7 +244,9 @@ class StreamingDrain(Scenario):
         for run in runs.values():
             expected = "stock" not in run.label
             ok &= run.passed == expected
-            findings.append(f"{run.label}: {'PASSED' if run.passed else 'FAILED'} "
-                            f"(expected to {'pass' if expected else 'fail'}); failed / sent: "
-                            f"{run.facts['failed / sent, by kind']}")
+            findings.append(
+                f"{run.label}: {'PASSED' if run.passed else 'FAILED'} "
+                f"(expected to {'pass' if expected else 'fail'}); failed / sent: "
+                f"{run.facts['failed / sent, by kind']}"
+            )
         return ok, findings

@@ -60,8 +60,9 @@ class WebSocketDrain(Scenario):
     title = "Open WebSockets across a replica drain and a spot preemption"
     default_images = staticmethod(stock_and_patched)
 
-    def __init__(self, scale: float = 0.5, sessions: int = 8,
-                 request_timeout: bool = False) -> None:
+    def __init__(
+        self, scale: float = 0.5, sessions: int = 8, request_timeout: bool = False
+    ) -> None:
         self.ladder = Ladder().scaled(scale)
         self.scale, self.sessions = scale, sessions
         # Serve's request_timeout_s bounds a WebSocket session too, and ends it
@@ -74,21 +75,30 @@ class WebSocketDrain(Scenario):
 
     def _config(self, replicas: int) -> dict:
         return appconfigs.deploy_config(
-            appconfigs.ticker_app(replicas, max_ongoing_requests=100,
-                                  ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-                                  **self.ladder.deployment_options()),
-            http_options=self._http_options())
+            appconfigs.ticker_app(
+                replicas,
+                max_ongoing_requests=100,
+                ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                **self.ladder.deployment_options(),
+            ),
+            http_options=self._http_options(),
+        )
 
     def labels(self, spec: images.ImageSpec) -> list[str]:
         return patched_config_labels(spec)
 
     def run_once(self, image_tag: str, label: str) -> History:
         extra = patched_config_env(label)
-        history = History({"ladder_scale": self.scale, "env": extra,
-                           "http_options": self._http_options()})
-        config = ClusterConfig(image=image_tag, name="rayspot-websocket", workers=2,
-                               env={**self.ladder.node_env(), **extra},
-                               worker_resources={"w": 10})
+        history = History(
+            {"ladder_scale": self.scale, "env": extra, "http_options": self._http_options()}
+        )
+        config = ClusterConfig(
+            image=image_tag,
+            name="rayspot-websocket",
+            workers=2,
+            env={**self.ladder.node_env(), **extra},
+            worker_resources={"w": 10},
+        )
         with Cluster(config) as cluster:
             cluster.deploy(self._config(4))
             cluster.wait_lb_ready()
@@ -103,18 +113,25 @@ class WebSocketDrain(Scenario):
         timeout_s = SESSION_S + 30
 
         def open_sessions(via_lb: bool, base: int) -> list[asyncio.Task]:
-            host, port = ("127.0.0.1", cluster.config.lb_port) if via_lb else (
-                cluster.head.ip, SERVE_PORT)
-            return [asyncio.create_task(websocket_session(
-                history, host, port, f"/ws/ticks?n={ticks}", ticks, base + i, timeout_s))
-                for i in range(self.sessions)]
+            host, port = (
+                ("127.0.0.1", cluster.config.lb_port) if via_lb else (cluster.head.ip, SERVE_PORT)
+            )
+            return [
+                asyncio.create_task(
+                    websocket_session(
+                        history, host, port, f"/ws/ticks?n={ticks}", ticks, base + i, timeout_s
+                    )
+                )
+                for i in range(self.sessions)
+            ]
 
         # Drain: two of the four replicas stop.
         self._observe_replicas(cluster, history, "drain")
         sessions = open_sessions(False, 0)
         await asyncio.sleep(2.0)
-        history.add_event(Event(time.time(), "scale_down", "start", "ticker",
-                                {"label": "4 -> 2 replicas"}))
+        history.add_event(
+            Event(time.time(), "scale_down", "start", "ticker", {"label": "4 -> 2 replicas"})
+        )
         await asyncio.to_thread(cluster.deploy, self._config(2), wait=False)
         await asyncio.gather(*sessions)
         history.add_event(Event(time.time(), "scale_down", "end", "ticker"))
@@ -141,14 +158,14 @@ class WebSocketDrain(Scenario):
 
     def judge(self, label: str, history: History) -> ImageRun:
         run = ImageRun(label, history)
-        starts = {"drain": next(e.time for e in history.events if e.fault == "scale_down"),
-                  "preemption": next(e.time for e in history.events
-                                     if e.fault == "spot_preemption")}
+        starts = {
+            "drain": next(e.time for e in history.events if e.fault == "scale_down"),
+            "preemption": next(e.time for e in history.events if e.fault == "spot_preemption"),
+        }
         reloads = [t for t, _ in haproxy_starts(history)]
         for phase in PHASES:
             t0 = starts[phase]
-            rows = [r for r in history.requests
-                    if (r.conn // 100 == 0) == (phase == "drain")]
+            rows = [r for r in history.requests if (r.conn // 100 == 0) == (phase == "drain")]
             first_reload = next((t for t in reloads if t >= t0), None)
             ended = {}
             for row in rows:
@@ -158,11 +175,14 @@ class WebSocketDrain(Scenario):
                 ended.setdefault(key, []).append(row.end - t0)
             run.facts[f"{phase}: how sessions ended, seconds after the event"] = {
                 key: f"{len(times)} at +{min(times):.1f}..+{max(times):.1f} s"
-                for key, times in sorted(ended.items())}
+                for key, times in sorted(ended.items())
+            }
             run.facts[f"{phase}: head's first HAProxy reload"] = (
-                f"+{first_reload - t0:.1f} s" if first_reload else "none")
-            run.facts[f"{phase}: replicas by worker before it"] = history.observed(
-                NODES, phase)[0].detail["value"]
+                f"+{first_reload - t0:.1f} s" if first_reload else "none"
+            )
+            run.facts[f"{phase}: replicas by worker before it"] = history.observed(NODES, phase)[
+                0
+            ].detail["value"]
         return run
 
     @staticmethod
@@ -171,18 +191,28 @@ class WebSocketDrain(Scenario):
         if row.replica is None:
             return "no replica answered"
         if phase == "drain":
-            end = next(e.time for e in history.events
-                       if e.fault == "scale_down" and e.phase == "end")
-            stopped = any(row.replica in e.detail["value"] and e.time <= end
-                          for e in history.observed(LOG_LINE, "head")
-                          if STOPPING in e.detail["value"])
+            end = next(
+                e.time for e in history.events if e.fault == "scale_down" and e.phase == "end"
+            )
+            stopped = any(
+                row.replica in e.detail["value"] and e.time <= end
+                for e in history.observed(LOG_LINE, "head")
+                if STOPPING in e.detail["value"]
+            )
             return "replica stopped" if stopped else "replica kept"
         target = next(e.target for e in history.events if e.fault == "spot_preemption")
-        return ("replica on the preempted node" if target.endswith(f"-{row.node}")
-                else "replica on a surviving node")
+        return (
+            "replica on the preempted node"
+            if target.endswith(f"-{row.node}")
+            else "replica on a surviving node"
+        )
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         """A measurement: the findings are what happened, and nothing is asserted."""
-        findings = [f"{run.label}: {key}: {value}" for run in runs.values()
-                    for key, value in run.facts.items() if "how sessions ended" in key]
+        findings = [
+            f"{run.label}: {key}: {value}"
+            for run in runs.values()
+            for key, value in run.facts.items()
+            if "how sessions ended" in key
+        ]
         return True, findings

@@ -21,13 +21,28 @@ NAME = "rayspot-interrupt"
 # being created), or a moment after a progress line (workers joining; the app
 # deploying). Progress lines, not fixed times, because how long each phase
 # takes depends on the machine's load.
-@pytest.mark.parametrize("after_line, delay_s", [(None, 1.5), ("head up at", 1.0),
-                                                 ("front load balancer on", 2.0)])
+@pytest.mark.parametrize(
+    "after_line, delay_s", [(None, 1.5), ("head up at", 1.0), ("front load balancer on", 2.0)]
+)
 def test_ctrl_c_during_up_leaves_nothing(patched_image, after_line, delay_s):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "up", "--name", NAME, "--image", "2.60.0-patched",
-         "--port", "18123"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "up",
+            "--name",
+            NAME,
+            "--image",
+            "2.60.0-patched",
+            "--port",
+            "18123",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen = []
     if after_line is not None:
         for line in proc.stdout:
@@ -40,8 +55,10 @@ def test_ctrl_c_during_up_leaves_nothing(patched_image, after_line, delay_s):
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     out = "".join(seen) + out
-    print(f"\ninterrupted {delay_s}s after {after_line or 'the start'!r} with {created} "
-          f"containers up; exit {proc.returncode}")
+    print(
+        f"\ninterrupted {delay_s}s after {after_line or 'the start'!r} with {created} "
+        f"containers up; exit {proc.returncode}"
+    )
     assert engine.labelled_containers(NAME) == [], out
     assert engine.labelled_networks(NAME) == [], out
     if created:
@@ -50,8 +67,13 @@ def test_ctrl_c_during_up_leaves_nothing(patched_image, after_line, delay_s):
 
 def test_ctrl_c_during_a_scenario_leaves_nothing(patched_image):
     """Interrupted in the middle of its first event, with load in flight."""
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "stale_worker_drain"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "stale_worker_drain"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not engine.labelled_containers("rayspot-stale"):
         assert time.monotonic() < deadline and proc.poll() is None, "the scenario never started"

@@ -19,13 +19,21 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(patched_image):
-    config = ClusterConfig(image=patched_image, name="rayspot-nemesis", workers=2,
-                           worker_resources={"w": 10})
+    config = ClusterConfig(
+        image=patched_image, name="rayspot-nemesis", workers=2, worker_resources={"w": 10}
+    )
     with Cluster(config) as running:
-        running.deploy(appconfigs.deploy_config(appconfigs.echo_app(
-            num_replicas=2, max_replicas_per_node=None,
-            ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-            health_check_period_s=1, health_check_timeout_s=2)))
+        running.deploy(
+            appconfigs.deploy_config(
+                appconfigs.echo_app(
+                    num_replicas=2,
+                    max_replicas_per_node=None,
+                    ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                    health_check_period_s=1,
+                    health_check_timeout_s=2,
+                )
+            )
+        )
         running.wait_lb_ready()
         yield running
 
@@ -40,16 +48,25 @@ def _reachable(ip: str) -> bool:
         row = await conn.get("/-/healthz", "probe", 1.5)
         conn.close()
         return row.status is not None
+
     return asyncio.run(probe())
 
 
 def test_reload_churn_reloads_haproxy(cluster):
     history = History()
     before = set(cluster.haproxy_pids(cluster.head))
-    configs = [appconfigs.deploy_config(appconfigs.echo_app(
-        num_replicas=n, max_replicas_per_node=None,
-        ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-        health_check_period_s=1, health_check_timeout_s=2)) for n in (3, 2)]
+    configs = [
+        appconfigs.deploy_config(
+            appconfigs.echo_app(
+                num_replicas=n,
+                max_replicas_per_node=None,
+                ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                health_check_period_s=1,
+                health_check_timeout_s=2,
+            )
+        )
+        for n in (3, 2)
+    ]
     asyncio.run(nemesis.reload_churn(cluster, history, configs, interval_s=3))
     time.sleep(2)
     assert _phases(history, "reload_churn") == ["start", "mark", "mark", "end"]
@@ -58,8 +75,7 @@ def test_reload_churn_reloads_haproxy(cluster):
 
 def test_failing_health_check_gets_the_replica_replaced(cluster):
     history = History()
-    replica = asyncio.run(nemesis.fail_health_check(history, "127.0.0.1",
-                                                    cluster.config.lb_port))
+    replica = asyncio.run(nemesis.fail_health_check(history, "127.0.0.1", cluster.config.lb_port))
     assert _phases(history, "health_failure") == ["start"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -75,16 +91,18 @@ def test_controller_lag_stops_and_resumes_the_controller(cluster):
     pid = cluster.controller_pid()
 
     async def lag_and_look():
-        task = asyncio.create_task(nemesis.controller_lag(cluster, history, cycles=1,
-                                                          stop_s=4, run_s=0))
+        task = asyncio.create_task(
+            nemesis.controller_lag(cluster, history, cycles=1, stop_s=4, run_s=0)
+        )
         # The fault looks the controller up first (a docker exec, ~2 s); look
         # once it says the controller is stopped.
         while "start" not in _phases(history, "controller_lag"):
             assert not task.done(), task
             await asyncio.sleep(0.2)
         await asyncio.sleep(0.5)
-        _, state = await asyncio.to_thread(engine.exec_in, cluster.head.container,
-                                           ["ps", "-o", "stat=", "-p", str(pid)])
+        _, state = await asyncio.to_thread(
+            engine.exec_in, cluster.head.container, ["ps", "-o", "stat=", "-p", str(pid)]
+        )
         await task
         return state.strip()
 
@@ -152,9 +170,14 @@ def test_a_replacement_worker_joins_without_a_failed_request(cluster):
     history = History()
 
     async def join_under_load():
-        load = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port,
-                                             LoadSpec(rate=40, duration_s=20, connections=16),
-                                             history))
+        load = asyncio.create_task(
+            open_loop(
+                "127.0.0.1",
+                cluster.config.lb_port,
+                LoadSpec(rate=40, duration_s=20, connections=16),
+                history,
+            )
+        )
         await asyncio.sleep(2)
         node = await asyncio.to_thread(cluster.add_worker)
         await load

@@ -34,16 +34,28 @@ OPTIONS = {"spot_preemption": {"scale": 0.5}, "streaming_drain": {"dynamic": Fal
 IMAGES = {"membership_churn": [ImageSpec(load_pin().ray.version, "patched")]}
 
 
-@pytest.mark.parametrize("name", ["stale_worker_drain", "drain_window_admission",
-                                  "spot_preemption", "health_failure", "request_overrun",
-                                  "membership_churn", "streaming_drain"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "stale_worker_drain",
+        "drain_window_admission",
+        "spot_preemption",
+        "health_failure",
+        "request_overrun",
+        "membership_churn",
+        "streaming_drain",
+    ],
+)
 def test_scenario(name):
     outcome = run_scenario(SCENARIOS[name](**OPTIONS.get(name, {})), IMAGES.get(name))
-    print("\n" + "\n".join(outcome.findings) + f"\n({outcome.wall_s:.0f}s, "
-          f"report {outcome.report['md']})")
+    print(
+        "\n" + "\n".join(outcome.findings) + f"\n({outcome.wall_s:.0f}s, "
+        f"report {outcome.report['md']})"
+    )
     again = analyze(outcome.report["md"].parent)
     assert again.findings == outcome.findings
     assert json.loads(again.report["json"].read_text()) == json.loads(
-        outcome.report["json"].read_text())
+        outcome.report["json"].read_text()
+    )
     assert again.report["md"].read_text() == outcome.report["md"].read_text()
     assert outcome.as_expected, outcome.findings

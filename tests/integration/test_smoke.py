@@ -36,8 +36,7 @@ def test_three_node_cluster_serves_1000_requests_and_tears_down(patched_image):
         rows = history.requests
         failures = [r for r in rows if r.error]
         span = max(r.end for r in rows) - min(r.start for r in rows)
-        figures.update(requests=len(rows), failures=len(failures),
-                       rps=round(len(rows) / span, 1))
+        figures.update(requests=len(rows), failures=len(failures), rps=round(len(rows) / span, 1))
         serving_nodes = {r.node for r in rows if r.node}
         haproxy = {node.name: cluster.haproxy_pids(node) for node in cluster.nodes}
         figures["serving_nodes"] = sorted(serving_nodes)

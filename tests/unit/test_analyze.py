@@ -20,15 +20,29 @@ T = 1_700_000_000.0
 def _overrun_history(label: str, statuses: dict[str, int], order: int = 0) -> History:
     """request_overrun's record: per ladder, overruns answered `statuses[ladder]`
     after ~3 s and 1 s controls that succeeded, plus one observation."""
-    history = History({"label": label, "image": f"rayspot-node:{label}", "order": order,
-                       "scenario": RequestOverrun.name, "options": {"requests": 2},
-                       "ladders": LADDERS,
-                       "wall_s": 60.0})
+    history = History(
+        {
+            "label": label,
+            "image": f"rayspot-node:{label}",
+            "order": order,
+            "scenario": RequestOverrun.name,
+            "options": {"requests": 2},
+            "ladders": LADDERS,
+            "wall_s": 60.0,
+        }
+    )
     for n, ladder in enumerate(LADDERS):
         for i in range(2):
             start = T + 10 * n + i
-            history.add_request(Request(f"overrun, {ladder}", start, start + 3.01,
-                                        statuses[ladder], str(statuses[ladder])))
+            history.add_request(
+                Request(
+                    f"overrun, {ladder}",
+                    start,
+                    start + 3.01,
+                    statuses[ladder],
+                    str(statuses[ladder]),
+                )
+            )
             history.add_request(Request(f"control, {ladder}", start, start + 1.0, 200, None))
     history.observe("note", {"anything": [1, 2]}, T + 1)
     return history
@@ -45,13 +59,15 @@ def _recorded(tmp_path: Path, histories: list[History]) -> tuple[Path, dict]:
 
 def _same_report(original: Path, again: Path) -> None:
     assert json.loads((again / report.JSON_NAME).read_text()) == json.loads(
-        (original / report.JSON_NAME).read_text())
+        (original / report.JSON_NAME).read_text()
+    )
     assert (again / report.MD_NAME).read_text() == (original / report.MD_NAME).read_text()
 
 
 def test_a_saved_run_is_judged_again_to_the_same_report(tmp_path):
-    folder, live = _recorded(tmp_path, [_overrun_history("2.60.0-stock",
-                                                          {"B holds": 408, "B violated": 500})])
+    folder, live = _recorded(
+        tmp_path, [_overrun_history("2.60.0-stock", {"B holds": 408, "B violated": 500})]
+    )
     assert live["judgement"]["as_expected"] is True
     checks = live["judgement"]["runs"]["2.60.0-stock"]["checks"]
     assert checks[0]["what"].startswith("the record is complete") and checks[0]["held"]
@@ -61,8 +77,9 @@ def test_a_saved_run_is_judged_again_to_the_same_report(tmp_path):
 
 
 def test_a_failed_run_stays_failed_and_exits_1(tmp_path, capsys):
-    folder, live = _recorded(tmp_path, [_overrun_history("2.60.0-stock",
-                                                          {"B holds": 500, "B violated": 500})])
+    folder, live = _recorded(
+        tmp_path, [_overrun_history("2.60.0-stock", {"B holds": 500, "B violated": 500})]
+    )
     assert live["judgement"]["as_expected"] is False
     assert main(["analyze", str(folder)]) == 1
     _same_report(folder, folder / ANALYSIS_DIR)
@@ -80,8 +97,9 @@ def test_a_lost_row_fails_the_run_when_judged_again(tmp_path):
 
 
 def test_one_history_of_a_scenario_is_judged_alone_and_says_so(tmp_path):
-    folder, _ = _recorded(tmp_path, [_overrun_history("2.60.0-stock",
-                                                       {"B holds": 408, "B violated": 500})])
+    folder, _ = _recorded(
+        tmp_path, [_overrun_history("2.60.0-stock", {"B holds": 408, "B violated": 500})]
+    )
     outcome = analyze(folder / history_name("2.60.0-stock"), tmp_path / "alone")
     assert outcome.as_expected
     assert "judged on its own" in outcome.findings[-1]
@@ -108,13 +126,16 @@ def test_soak_style_histories_are_judged_by_their_verdicts(tmp_path):
     assert "defaults #1: FAILED (a comparison, not judged)" in outcome.findings
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "does not exist"),
-    ("", "holds no history"),
-    ("not json\n", "is not a history row"),
-    ('{"type": "meta", "label": "old"}\n', "saved before the harness counted"),
-    (b"\xff\xfe\x00binary", "cannot read"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "does not exist"),
+        ("", "holds no history"),
+        ("not json\n", "is not a history row"),
+        ('{"type": "meta", "label": "old"}\n', "saved before the harness counted"),
+        (b"\xff\xfe\x00binary", "cannot read"),
+    ],
+)
 def test_not_a_saved_run_is_a_clear_error(tmp_path, content, message, capsys):
     target = tmp_path / "missing"
     if content is not None:

@@ -35,12 +35,15 @@ def _replace_verb(monkeypatch: pytest.MonkeyPatch, raised: BaseException) -> Non
     monkeypatch.setattr(cli, "cmd_status", verb)
 
 
-@pytest.mark.parametrize("raised, code, label", [
-    (VerdictFailed("the checks failed"), 1, "failed: the checks failed"),
-    (HarnessError("no such file"), 2, "error: no such file"),
-    (VerdictUnknown("values missing"), 3, "unknown: values missing"),
-    (KeyboardInterrupt(), 130, "interrupted:"),
-])
+@pytest.mark.parametrize(
+    "raised, code, label",
+    [
+        (VerdictFailed("the checks failed"), 1, "failed: the checks failed"),
+        (HarnessError("no such file"), 2, "error: no such file"),
+        (VerdictUnknown("values missing"), 3, "unknown: values missing"),
+        (KeyboardInterrupt(), 130, "interrupted:"),
+    ],
+)
 def test_each_outcome_has_its_code(monkeypatch, capsys, raised, code, label) -> None:
     _replace_verb(monkeypatch, raised)
     assert cli.main(["status"]) == code
@@ -86,8 +89,9 @@ def test_no_help_points_outside_the_repo() -> None:
 # ------------------------------------------------------------------ ladder check
 
 
-@pytest.mark.parametrize("name, code", [("spot-notice-ladder-fixed.yaml", 0),
-                                        ("spot-notice-ladder.yaml", 1)])
+@pytest.mark.parametrize(
+    "name, code", [("spot-notice-ladder-fixed.yaml", 0), ("spot-notice-ladder.yaml", 1)]
+)
 def test_ladder_pass_and_fail(capsys, name: str, code: int) -> None:
     assert cli.main(["ladder", "check", str(EXAMPLES / name)]) == code
     assert capsys.readouterr().out.rstrip().endswith(f"(exit {code})")
@@ -121,8 +125,13 @@ def test_run_an_outcome_other_than_claimed_is_1(monkeypatch, tmp_path: Path, cap
 
     report = tmp_path / "report.md"
     report.write_text("# report\n")
-    outcome = types.SimpleNamespace(name="fake", report={"md": report}, wall_s=1.0,
-                                    as_expected=False, findings=["the baseline did not fail"])
+    outcome = types.SimpleNamespace(
+        name="fake",
+        report={"md": report},
+        wall_s=1.0,
+        as_expected=False,
+        findings=["the baseline did not fail"],
+    )
     monkeypatch.setitem(scenarios.SCENARIOS, "fake", type("Fake", (), {}))
     monkeypatch.setattr(scenarios, "run_scenario", lambda scenario, specs: outcome)
     assert cli.main(["run", "fake"]) == 1
@@ -166,8 +175,7 @@ def test_rebase_check_an_unknown_release_is_2_before_any_download(no_downloads, 
     assert no_downloads == []
 
 
-def test_rebase_check_a_patch_that_does_not_apply_is_1(monkeypatch, no_downloads,
-                                                      capsys) -> None:
+def test_rebase_check_a_patch_that_does_not_apply_is_1(monkeypatch, no_downloads, capsys) -> None:
     import harness.upstream.upstream as upstream
     from harness.core.pin import load_pin
 
@@ -177,8 +185,7 @@ def test_rebase_check_a_patch_that_does_not_apply_is_1(monkeypatch, no_downloads
     assert capsys.readouterr().err.startswith("failed: rebase-check: a patch does not apply")
 
 
-def test_branches_whose_tests_fail_are_1(monkeypatch, no_downloads, tmp_path: Path,
-                                        capsys) -> None:
+def test_branches_whose_tests_fail_are_1(monkeypatch, no_downloads, tmp_path: Path, capsys) -> None:
     import harness.upstream.upstream as upstream
 
     row = types.SimpleNamespace(name="serve/drain-replicas-two-phases")

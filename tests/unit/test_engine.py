@@ -30,8 +30,9 @@ def _namespace_docker() -> types.ModuleType:
     return module
 
 
-@pytest.mark.parametrize("found", [None, _namespace_docker()],
-                         ids=["not installed", "the repo's docker/ folder"])
+@pytest.mark.parametrize(
+    "found", [None, _namespace_docker()], ids=["not installed", "the repo's docker/ folder"]
+)
 def test_a_python_without_docker_py_is_told_to_use_the_venv(monkeypatch, found) -> None:
     # None in sys.modules makes `import docker` raise ImportError.
     monkeypatch.setitem(sys.modules, "docker", found)
@@ -60,16 +61,18 @@ def test_an_unreachable_daemon_names_docker_host(monkeypatch) -> None:
     with pytest.raises(HarnessError) as err:
         engine.client()
     message = str(err.value)
-    assert message.startswith("the Docker daemon is unreachable at "
-                              "DOCKER_HOST=tcp://10.1.2.3:2375")
+    assert message.startswith("the Docker daemon is unreachable at DOCKER_HOST=tcp://10.1.2.3:2375")
     assert "unset DOCKER_HOST" in message and "Connection refused" in message
 
 
 def test_an_unreachable_local_daemon_says_docker_host_is_not_set(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "docker", _docker_without_daemon())
     monkeypatch.delenv("DOCKER_HOST", raising=False)
-    with pytest.raises(HarnessError, match="unreachable at the local socket "
-                                           r"\(DOCKER_HOST is not set\)"):
+    with pytest.raises(
+        HarnessError,
+        match="unreachable at the local socket "
+        r"\(DOCKER_HOST is not set\)",
+    ):
         engine.client()
 
 

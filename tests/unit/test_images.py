@@ -51,11 +51,15 @@ def test_patch_edit_changes_only_the_patched_tag(tmp_path: Path):
     patch = tmp_path / "0001-x.patch"
     patch.write_text("one\n")
     stock, patched = ImageSpec("2.60.0", "stock"), ImageSpec("2.60.0", "patched")
-    before = node_tag(stock, pin, "rayspot-ray:x", [patch]), node_tag(patched, pin,
-                                                                       "rayspot-ray:x", [patch])
+    before = (
+        node_tag(stock, pin, "rayspot-ray:x", [patch]),
+        node_tag(patched, pin, "rayspot-ray:x", [patch]),
+    )
     patch.write_text("one line edited\n")
-    after = node_tag(stock, pin, "rayspot-ray:x", [patch]), node_tag(patched, pin,
-                                                                      "rayspot-ray:x", [patch])
+    after = (
+        node_tag(stock, pin, "rayspot-ray:x", [patch]),
+        node_tag(patched, pin, "rayspot-ray:x", [patch]),
+    )
     assert before[0] == after[0]
     assert before[1] != after[1]
     assert node_tag(patched, pin, "rayspot-ray:x", [patch]) == after[1]  # deterministic

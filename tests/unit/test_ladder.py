@@ -66,20 +66,25 @@ def test_half_scale_keeps_every_ordering_and_renders_env():
 
 def test_default_ladder_starts_nodes_with_only_the_ladder_vars():
     assert set(Ladder().node_env()) == {
-        "RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S", "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S",
+        "RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S",
+        "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S",
         "RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S",
-        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S", "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S",
-        "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S"}
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
+        "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S",
+        "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S",
+    }
 
 
 def test_patched_force_kill_budget_equals_the_ladders_gst():
     # Patch 0003: MIN + request timeout + wait loop + buffer, buffer = margin.
     for ladder in (Ladder(), Ladder().scaled(0.5)):
         env = ladder.node_env()
-        budget = (float(env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"])
-                  + ladder.request_timeout_s
-                  + ladder.deployment_options()["graceful_shutdown_wait_loop_s"]
-                  + float(env["RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S"]))
+        budget = (
+            float(env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"])
+            + ladder.request_timeout_s
+            + ladder.deployment_options()["graceful_shutdown_wait_loop_s"]
+            + float(env["RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S"])
+        )
         assert budget == ladder.deployment_options()["graceful_shutdown_timeout_s"]
 
 
@@ -96,14 +101,16 @@ def test_spot_notice_gst_without_e_fails_ordering_e_with_its_arithmetic():
     assert e.status == "fail"
     assert e.checks[0].text == (
         "gst max(20, MIN_DRAINING 30) = 30 >= MIN_DRAINING 30 + "
-        "request_timeout_s 26 + wait_loop 2 + margin 1 = 59 -> FAIL")
+        "request_timeout_s 26 + wait_loop 2 + margin 1 = 59 -> FAIL"
+    )
 
 
 def test_a_gst_left_to_the_code_is_floored_at_min_plus_the_buffer():
     ladder = Ladder(deployments=(Deployment("ingress", True, 20.0, gst_in_config=False),))
     [e] = [o for o in ladder.orderings() if o.key.startswith("E[")]
     assert e.checks[0].text.startswith(
-        "gst max(20, MIN_DRAINING 30 + SHUTDOWN_BUFFER_S 5) = 35 >= ")
+        "gst max(20, MIN_DRAINING 30 + SHUTDOWN_BUFFER_S 5) = 35 >= "
+    )
 
 
 # ------------------------------------------------------------------ the example files
@@ -130,8 +137,11 @@ def test_ray_defaults_example_fails_for_rays_defaults():
     # hard-stop-after 120 s, Ray's default
     assert "hard-stop-after 120 <= MIN_DRAINING 30 -> FAIL" in text
     [(_, ladder)] = result.groups
-    assert ("RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S", "120 s",
-            "Ray 2.60.0 default (ray/serve/_private/constants.py:803-805)") in ladder.inputs
+    assert (
+        "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S",
+        "120 s",
+        "Ray 2.60.0 default (ray/serve/_private/constants.py:803-805)",
+    ) in ladder.inputs
     # no HAProxy server timeout
     assert "timeout server none < hard-stop-after 120 -> FAIL" in text
     assert any("no HAProxy `timeout server`" in n for n in _ordering(result, "B").notes)
@@ -139,8 +149,9 @@ def test_ray_defaults_example_fails_for_rays_defaults():
     assert "request_timeout_s unset (Ray 2.60.0 default None" in text
     # the graceful-shutdown floor 35 s, from a hard-coded SHUTDOWN_BUFFER_S
     assert "gst max(20, MIN_DRAINING 30 + SHUTDOWN_BUFFER_S 5) = 35 >=" in text
-    assert any("SHUTDOWN_BUFFER_S is hard-coded" in n
-               for n in _ordering(result, "E[ingress]").notes)
+    assert any(
+        "SHUTDOWN_BUFFER_S is hard-coded" in n for n in _ordering(result, "E[ingress]").notes
+    )
     # the old workers of the last reload outlive the drain deadline
     assert "hard-stop-after 120 = 145 < drain deadline 60 -> FAIL" in text
 
@@ -151,8 +162,15 @@ def test_fixed_example_passes_and_is_the_default_ladder():
     assert all(o.holds for _, o in result.results())
     [(_, loaded)] = result.groups
     # The same ladder as Ladder() but for what the file adds: the LB and clients.
-    assert replace(loaded, lb_deregistration_s=None, client_timeout_s=None,
-                   deployments=Ladder().deployments) == Ladder()
+    assert (
+        replace(
+            loaded,
+            lb_deregistration_s=None,
+            client_timeout_s=None,
+            deployments=Ladder().deployments,
+        )
+        == Ladder()
+    )
     assert loaded.node_env() == Ladder().node_env()
     assert loaded.deployment_options() == Ladder().deployment_options()
 
@@ -161,14 +179,22 @@ def test_fixed_example_passes_and_is_the_default_ladder():
 
 
 def test_values_only_the_environment_fixes_are_unknown_not_pass(tmp_path):
-    result = check_file(_write(tmp_path, MINIMAL + """\
+    result = check_file(
+        _write(
+            tmp_path,
+            MINIMAL
+            + """\
 http_options:
   request_timeout_s: 26
-"""))
+""",
+        )
+    )
     g = _ordering(result, "G")
     assert g.status == "unknown"
-    assert any("LB deregistration ? (not given: set by the external load balancer" in c.text
-               for c in g.checks)
+    assert any(
+        "LB deregistration ? (not given: set by the external load balancer" in c.text
+        for c in g.checks
+    )
     assert _status(result, "H") == "unknown"  # no spot notice given
     assert "not given: set by the cloud" in result.render()
     assert _status(result, "A") == "unknown"  # the app's longest request
@@ -182,14 +208,18 @@ def test_only_unknowns_exit_3_and_say_what_is_missing(tmp_path):
     result = check_file(_write(tmp_path, text))
     assert result.exit_code == 3
     assert result.render().splitlines()[-1] == (
-        "result: UNKNOWN: no ordering fails; unknown (give the missing values): G (exit 3)")
+        "result: UNKNOWN: no ordering fails; unknown (give the missing values): G (exit 3)"
+    )
 
 
 # ------------------------------------------------------------------ node envs, drain actions
 
 
 def test_node_groups_that_disagree_fail_and_each_gets_its_ladder(tmp_path):
-    result = check_file(_write(tmp_path, """\
+    result = check_file(
+        _write(
+            tmp_path,
+            """\
 node_env:
   head: &env
     RAY_SERVE_ENABLE_HA_PROXY: "1"
@@ -199,10 +229,13 @@ node_env:
     RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S: "120"
 deployments:
   ingress: {ingress: true}
-"""))
+""",
+        )
+    )
     assert result.exit_code == 1
     assert result.env_differences == (
-        "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S: head 30 s, worker 120 s",)
+        "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S: head 30 s, worker 120 s",
+    )
     assert [label for label, _ in result.groups] == ["nodes head", "nodes worker"]
 
 
@@ -219,9 +252,13 @@ def test_sigterm_drain_uses_rays_own_drain_timeout(tmp_path):
     assert [c.text for c in i.checks] == [
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S 40 >= gst max(20, MIN_DRAINING 30 + "
         "SHUTDOWN_BUFFER_S 5) = 35 + margin 1 = 36 -> PASS",
-        "SIGTERM grace 45 >= RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S 40 + margin 1 = 41 -> PASS"]
-    assert _ordering(result, "F").checks[0].text.startswith(
-        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S 40 >= ")
+        "SIGTERM grace 45 >= RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S 40 + margin 1 = 41 -> PASS",
+    ]
+    assert (
+        _ordering(result, "F")
+        .checks[0]
+        .text.startswith("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S 40 >= ")
+    )
 
 
 def test_zero_timeout_server_means_none(tmp_path):
@@ -235,26 +272,47 @@ def test_zero_timeout_server_means_none(tmp_path):
 # ------------------------------------------------------------------ errors name the line
 
 
-@pytest.mark.parametrize("text, line, message", [
-    ("node_env:\n  all: [unclosed\n", 3, "not valid YAML"),
-    (MINIMAL + "spotx: {}\n", 7, "unknown key 'spotx'; did you mean spot?"),
-    (MINIMAL + "    graceful_shutdown_timeout: 5\n", 7,
-     "unknown key 'graceful_shutdown_timeout'; did you mean graceful_shutdown_timeout_s?"),
-    (MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_HAPROXY_TIMEOUT_SERVER: "28"\n', 1), 4,
-     "did you mean RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S?"),
-    (MINIMAL + "spot:\n  notice: 2 fortnights\n", 8, "'2 fortnights' is not a duration"),
-    (MINIMAL + "margin: -1\n", 7, "-1 is not a duration"),
-    (MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S: 30s\n', 1), 4,
-     "reads it with int()"),
-    (MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S: "0"\n', 1), 4,
-     "requires a positive value"),
-    (MINIMAL.replace('"1"', '"true"'), 3, "exactly \"1\""),
-    (MINIMAL + "spot: {drain_deadline: 60, sigterm_grace: 90}\n", 7, "not both"),
-    (MINIMAL.replace("    ingress: true\n", "    graceful_shutdown_timeout_s: 5\n"), 5,
-     "say `ingress: true` or `ingress: false`"),
-    (MINIMAL.replace("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S"), 3,
-     "set RAY_SERVE_ENABLE_HA_PROXY: \"1\""),
-])
+@pytest.mark.parametrize(
+    "text, line, message",
+    [
+        ("node_env:\n  all: [unclosed\n", 3, "not valid YAML"),
+        (MINIMAL + "spotx: {}\n", 7, "unknown key 'spotx'; did you mean spot?"),
+        (
+            MINIMAL + "    graceful_shutdown_timeout: 5\n",
+            7,
+            "unknown key 'graceful_shutdown_timeout'; did you mean graceful_shutdown_timeout_s?",
+        ),
+        (
+            MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_HAPROXY_TIMEOUT_SERVER: "28"\n', 1),
+            4,
+            "did you mean RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S?",
+        ),
+        (MINIMAL + "spot:\n  notice: 2 fortnights\n", 8, "'2 fortnights' is not a duration"),
+        (MINIMAL + "margin: -1\n", 7, "-1 is not a duration"),
+        (
+            MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S: 30s\n', 1),
+            4,
+            "reads it with int()",
+        ),
+        (
+            MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S: "0"\n', 1),
+            4,
+            "requires a positive value",
+        ),
+        (MINIMAL.replace('"1"', '"true"'), 3, 'exactly "1"'),
+        (MINIMAL + "spot: {drain_deadline: 60, sigterm_grace: 90}\n", 7, "not both"),
+        (
+            MINIMAL.replace("    ingress: true\n", "    graceful_shutdown_timeout_s: 5\n"),
+            5,
+            "say `ingress: true` or `ingress: false`",
+        ),
+        (
+            MINIMAL.replace("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S"),
+            3,
+            'set RAY_SERVE_ENABLE_HA_PROXY: "1"',
+        ),
+    ],
+)
 def test_errors_name_the_line(tmp_path, text, line, message):
     path = _write(tmp_path, text)
     with pytest.raises(HarnessError) as info:
@@ -265,14 +323,27 @@ def test_errors_name_the_line(tmp_path, text, line, message):
 
 def test_a_key_given_twice_is_an_error(tmp_path):
     path = _write(tmp_path, MINIMAL + "margin: 1\nmargin: 2\n")
-    with pytest.raises(HarnessError, match=r":8: the file: margin is given twice \(first on "
-                                           r"line 7\)"):
+    with pytest.raises(
+        HarnessError,
+        match=r":8: the file: margin is given twice \(first on "
+        r"line 7\)",
+    ):
         check_file(path)
 
 
-@pytest.mark.parametrize("value, seconds", [
-    (120, 120), (1.5, 1.5), ("120s", 120), ("2m", 120), ("1.5 min", 90), ("500ms", 0.5),
-    ("1h", 3600), ("45", 45)])
+@pytest.mark.parametrize(
+    "value, seconds",
+    [
+        (120, 120),
+        (1.5, 1.5),
+        ("120s", 120),
+        ("2m", 120),
+        ("1.5 min", 90),
+        ("500ms", 0.5),
+        ("1h", 3600),
+        ("45", 45),
+    ],
+)
 def test_durations(value, seconds):
     assert parse_duration(value) == seconds
 
@@ -286,37 +357,57 @@ def test_what_is_not_a_duration(value):
 # ------------------------------------------------------------------ the command line
 
 
-@pytest.mark.parametrize("name, code", [
-    ("spot-notice-ladder.yaml", 1), ("ray-2.60.0-defaults.yaml", 1),
-    ("spot-notice-ladder-fixed.yaml", 0)])
+@pytest.mark.parametrize(
+    "name, code",
+    [
+        ("spot-notice-ladder.yaml", 1),
+        ("ray-2.60.0-defaults.yaml", 1),
+        ("spot-notice-ladder-fixed.yaml", 0),
+    ],
+)
 def test_cli_exit_code(name, code):
-    run = subprocess.run([sys.executable, "-m", "harness", "ladder", "check",
-                          f"examples/ladder/{name}"], cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "harness", "ladder", "check", f"examples/ladder/{name}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == code, run.stderr
     assert run.stdout.splitlines()[-1].endswith(f"(exit {code})")
 
 
 def test_cli_reports_a_bad_file_without_a_traceback(tmp_path):
     path = _write(tmp_path, MINIMAL + "spot:\n  notice: soon\n")
-    run = subprocess.run([sys.executable, "-m", "harness", "ladder", "check", str(path)],
-                         cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "harness", "ladder", "check", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 2
     assert run.stderr.startswith(f"error: {path}:8: spot.notice: 'soon' is not a duration")
     assert "Traceback" not in run.stderr
 
 
-@pytest.mark.parametrize("data, line, message", [
-    (b"\x89PNG\r\n\x1a\n\x00\x00IHDR", 1, "not UTF-8 text (byte 0x89 at offset 0"),
-    (b"node_env:\n  all: caf\xe9\n", 2, "not UTF-8 text (byte 0xe9 at offset 20"),
-    (b"node_env:\n  all:\x00\n", 2, "not YAML text: character U+0000 is not allowed"),
-])
+@pytest.mark.parametrize(
+    "data, line, message",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00IHDR", 1, "not UTF-8 text (byte 0x89 at offset 0"),
+        (b"node_env:\n  all: caf\xe9\n", 2, "not UTF-8 text (byte 0xe9 at offset 20"),
+        (b"node_env:\n  all:\x00\n", 2, "not YAML text: character U+0000 is not allowed"),
+    ],
+)
 def test_a_binary_or_non_utf8_file_is_bad_input_not_a_traceback(tmp_path, data, line, message):
     path = tmp_path / "service.yaml"
     path.write_bytes(data)
     with pytest.raises(HarnessError, match=re.escape(f"{path}:{line}: {message}")):
         check_file(path)
-    run = subprocess.run([sys.executable, "-m", "harness", "ladder", "check", str(path)],
-                         cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "harness", "ladder", "check", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 2
     assert run.stderr.startswith(f"error: {path}:{line}: {message}")
     assert "Traceback" not in run.stderr

@@ -52,6 +52,7 @@ def run(coro):
 
 def _one_request(handler, path: str = "/", timeout_s: float = 5):
     """One GET against a server that runs `handler` per connection."""
+
     async def main():
         server, port = await _serve(handler)
         row = await HTTPConnection("127.0.0.1", port, 0).get(path, "short", timeout_s)
@@ -150,8 +151,9 @@ def test_open_loop_keeps_its_schedule_and_stops_by_itself():
         server, port = await _serve(_keepalive_ok)
         history = History()
         started = time.time()
-        await open_loop("127.0.0.1", port, LoadSpec(rate=200, duration_s=1.0, connections=8,
-                                                    mix=Mix()), history)
+        await open_loop(
+            "127.0.0.1", port, LoadSpec(rate=200, duration_s=1.0, connections=8, mix=Mix()), history
+        )
         server.close()
         return history, time.time() - started
 
@@ -167,8 +169,9 @@ def test_open_loop_honours_the_request_cap():
     async def main():
         server, port = await _serve(_keepalive_ok)
         history = History()
-        await open_loop("127.0.0.1", port, LoadSpec(rate=500, duration_s=10, max_requests=25),
-                        history)
+        await open_loop(
+            "127.0.0.1", port, LoadSpec(rate=500, duration_s=10, max_requests=25), history
+        )
         server.close()
         return history
 
@@ -178,14 +181,21 @@ def test_open_loop_honours_the_request_cap():
 # --- the record is complete: one row per scheduled request, whatever the server does
 
 
-def _open_loop(handler, requests: int = 5, connections: int = 2, timeout_s: float = 1.0,
-               cancel_after_s: float | None = None) -> History:
+def _open_loop(
+    handler,
+    requests: int = 5,
+    connections: int = 2,
+    timeout_s: float = 1.0,
+    cancel_after_s: float | None = None,
+) -> History:
     """`requests` scheduled over 0.25 s against a server running `handler`."""
+
     async def main():
         server, port = await _serve(handler)
         history = History()
-        spec = LoadSpec(rate=requests / 0.25, duration_s=0.25, connections=connections,
-                        timeout_s=timeout_s)
+        spec = LoadSpec(
+            rate=requests / 0.25, duration_s=0.25, connections=connections, timeout_s=timeout_s
+        )
         load = asyncio.create_task(open_loop("127.0.0.1", port, spec, history))
         if cancel_after_s is None:
             await load
@@ -223,17 +233,32 @@ def _classes(history: History) -> set:
     return {r.error for r in history.requests}
 
 
-@pytest.mark.parametrize("name, response, detail", [
-    ("head over 64 KiB", b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
-     "LimitOverrunError"),
-    ("garbage status line", b"GARBAGE\r\n\r\n", "not an HTTP/1.x status line"),
-    ("non-numeric status", b"HTTP/1.1 abc OK\r\nContent-Length: 0\r\n\r\n",
-     "not an HTTP/1.x status line"),
-    ("bad chunk size", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n",
-     "bad chunk size"),
-    ("non-numeric Content-Length", b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n",
-     "bad Content-Length"),
-])
+@pytest.mark.parametrize(
+    "name, response, detail",
+    [
+        (
+            "head over 64 KiB",
+            b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+            "LimitOverrunError",
+        ),
+        ("garbage status line", b"GARBAGE\r\n\r\n", "not an HTTP/1.x status line"),
+        (
+            "non-numeric status",
+            b"HTTP/1.1 abc OK\r\nContent-Length: 0\r\n\r\n",
+            "not an HTTP/1.x status line",
+        ),
+        (
+            "bad chunk size",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n",
+            "bad chunk size",
+        ),
+        (
+            "non-numeric Content-Length",
+            b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n",
+            "bad Content-Length",
+        ),
+    ],
+)
 def test_invalid_http_is_a_recorded_protocol_failure(name, response, detail):
     history = _open_loop(_answer(response))
     assert _classes(history) == {"protocol"}, name
@@ -251,14 +276,20 @@ def test_a_body_longer_than_its_content_length_corrupts_the_next_answer():
 
 
 def test_a_body_shorter_than_its_content_length_is_truncated():
-    history = _open_loop(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhalf",
-                                 then_hang=True), timeout_s=0.5, connections=5)
+    history = _open_loop(
+        _answer(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhalf", then_hang=True),
+        timeout_s=0.5,
+        connections=5,
+    )
     assert _classes(history) == {"truncated"}
 
 
 def test_head_then_hang_is_truncated():
-    history = _open_loop(_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                                 then_hang=True), timeout_s=0.5, connections=5)
+    history = _open_loop(
+        _answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", then_hang=True),
+        timeout_s=0.5,
+        connections=5,
+    )
     assert _classes(history) == {"truncated"}
     assert all(r.status == 200 for r in history.requests)
 
@@ -308,8 +339,11 @@ def test_an_unexpected_client_exception_is_recorded_with_its_text(monkeypatch):
 
 @pytest.mark.parametrize("size", [b"0x2", b"+2", b"-1", b"1_0"])
 def test_a_chunk_size_that_is_not_hex_digits_is_protocol(size):
-    history = _open_loop(_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                                 + size + b"\r\nab\r\n0\r\n\r\n"))
+    history = _open_loop(
+        _answer(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nab\r\n0\r\n\r\n"
+        )
+    )
     assert _classes(history) == {"protocol"}
 
 
@@ -318,7 +352,8 @@ def test_valid_framing_variants_are_read_and_keep_the_connection():
     valid, all read whole, on one reused connection."""
     body = b"{}\n"
     answers = [
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n" + body
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n"
+        + body
         + b"\r\n0\r\nX-Trailer: 1\r\n\r\n",
         b"HTTP/1.1 100 Continue\r\n\r\n" + _response(200, body),
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n3\r\n" + body + b"\r\n0\r\n\r\n",
@@ -345,10 +380,12 @@ def test_valid_framing_variants_are_read_and_keep_the_connection():
     assert len(accepted) == 1
 
 
-@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\n",
-                                  b"HTTP/1.0 200 OK\r\n"])
+@pytest.mark.parametrize(
+    "head", [b"HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\n", b"HTTP/1.0 200 OK\r\n"]
+)
 def test_a_connection_the_server_closes_is_not_reused(head):
     """The next request opens a new connection instead of being charged a reset."""
+
     async def handler(reader, writer):
         await _read_request(reader)
         writer.write(head + f"Content-Length: {len(OK_BODY)}\r\n\r\n".encode() + OK_BODY)
@@ -372,6 +409,7 @@ def test_an_idle_connection_the_server_closed_is_replaced_before_sending():
     """A keep-alive connection the server closed while it sat idle (HAProxy's
     soft-stop, a keep-alive timeout) is seen closed and replaced, as pooled
     clients do, rather than reused and charged a reset."""
+
     async def handler(reader, writer):
         await _read_request(reader)
         writer.write(_response(200, OK_BODY))  # keep-alive, then closed while idle
@@ -445,6 +483,7 @@ def test_a_cancelled_closed_loop_stops_and_records_what_it_had_started():
 def test_a_polling_loop_of_gets_ends_with_asyncio_run():
     """asyncio.run cancels what is left when its main coroutine ends; a task
     looping over get() must let that cancellation end it."""
+
     async def main():
         server, port = await _serve(_silent)
 
@@ -487,8 +526,7 @@ def test_requests_not_yet_started_when_the_loop_ends_get_rows(monkeypatch):
     history = run(main())
     assert history.scheduled == 3 and history.record_gap() is None
     assert _classes(history) == {"unfinished"}
-    assert all(not r.sent and "before it was due to start" in r.detail
-               for r in history.requests)
+    assert all(not r.sent and "before it was due to start" in r.detail for r in history.requests)
 
 
 # --- WebSocket sessions: how each one ended

@@ -24,11 +24,18 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU 
 def _make(*args: str) -> subprocess.CompletedProcess[str]:
     # Not the outer make's flags or jobserver when this runs under `make unit-test`;
     # PY is this interpreter, so make never tries to build .venv.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
-    return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), *args,
-                           f"PY={sys.executable}"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+    }
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), *args, f"PY={sys.executable}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -39,17 +46,25 @@ def ladder_files(tmp_path: Path) -> dict[str, Path]:
     unknown.write_text(fixed.replace("load_balancer:\n  deregistration: 2s\n", ""))
     malformed = tmp_path / "malformed.yaml"
     malformed.write_text("node_env: [\n")
-    return {"pass": EXAMPLES / "spot-notice-ladder-fixed.yaml",
-            "fail": EXAMPLES / "spot-notice-ladder.yaml",
-            "unknown": unknown, "malformed": malformed}
+    return {
+        "pass": EXAMPLES / "spot-notice-ladder-fixed.yaml",
+        "fail": EXAMPLES / "spot-notice-ladder.yaml",
+        "unknown": unknown,
+        "malformed": malformed,
+    }
 
 
-@pytest.mark.parametrize("case, harness_code", [
-    ("pass", 0), ("fail", 1), ("unknown", 3), ("malformed", 2)])
+@pytest.mark.parametrize(
+    "case, harness_code", [("pass", 0), ("fail", 1), ("unknown", 3), ("malformed", 2)]
+)
 def test_ladder_check_through_make(ladder_files, case: str, harness_code: int) -> None:
     path = ladder_files[case]
-    direct = subprocess.run([sys.executable, "-m", "harness", "ladder", "check", str(path)],
-                            cwd=ROOT, capture_output=True, text=True)
+    direct = subprocess.run(
+        [sys.executable, "-m", "harness", "ladder", "check", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert direct.returncode == harness_code, direct.stderr
 
     run = _make("ladder-check", f"FILE={path}")
@@ -69,10 +84,14 @@ def test_ladder_check_without_file_is_usage(ladder_files) -> None:
 
 
 def test_every_harness_run_in_the_makefile_reports_its_code() -> None:
-    recipes = [line for line in (ROOT / "Makefile").read_text().splitlines()
-               if line.startswith("\t")]
-    runs = [line for line in recipes
-            if re.search(r"\$\(HARNESS\)|-m harness\b", line) and "usage:" not in line]
+    recipes = [
+        line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("\t")
+    ]
+    runs = [
+        line
+        for line in recipes
+        if re.search(r"\$\(HARNESS\)|-m harness\b", line) and "usage:" not in line
+    ]
     assert len(runs) >= 15
     for line in runs:
         assert "$(call harness_run," in line or "$(call harness_rc," in line, line

@@ -480,8 +480,9 @@ def _patches_apply(monkeypatch, wheel: Path, repo: Path, series: list[Path]) -> 
         signal.signal(signal.SIGTERM, before)
 
 
-def test_make_apply_patches_on_the_stand_in_twice(monkeypatch, capsys, tmp_path: Path,
-                                                   series: list[Path]) -> None:
+def test_make_apply_patches_on_the_stand_in_twice(
+    monkeypatch, capsys, tmp_path: Path, series: list[Path]
+) -> None:
     wheel, repo = standin(tmp_path)
     assert _patches_apply(monkeypatch, wheel, repo, series[:2]) == 0
     assert "2 patches applied" in capsys.readouterr().out
@@ -491,8 +492,9 @@ def test_make_apply_patches_on_the_stand_in_twice(monkeypatch, capsys, tmp_path:
     assert git(repo, "rev-parse", "HEAD") == head
 
 
-def test_make_apply_patches_with_a_bad_ray_src_is_2(monkeypatch, capsys, tmp_path: Path,
-                                                    series: list[Path]) -> None:
+def test_make_apply_patches_with_a_bad_ray_src_is_2(
+    monkeypatch, capsys, tmp_path: Path, series: list[Path]
+) -> None:
     wheel = fake_wheel(tmp_path / "ray-2.60.0-py3-none-any.whl")
     assert _patches_apply(monkeypatch, wheel, tmp_path / "nowhere", series[:2]) == 2
     assert "does not exist; set RAY_SRC" in capsys.readouterr().err

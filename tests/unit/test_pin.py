@@ -11,7 +11,8 @@ from harness.core.pin import check_installed, installed_ray, load_pin, read_seri
 def _site(tmp_path: Path, version: str, commit: str) -> Path:
     (tmp_path / "ray").mkdir()
     (tmp_path / "ray" / "_version.py").write_text(
-        f'# generated\ncommit = "{commit}"\nversion = "{version}"\n')
+        f'# generated\ncommit = "{commit}"\nversion = "{version}"\n'
+    )
     return tmp_path
 
 

@@ -22,9 +22,11 @@ FORBIDDEN = [
     (re.compile(r"DESIGN\.md", re.I), "a design file outside the repo"),
     (re.compile(r"\.\./shared", re.I), "a folder beside the repo"),
     (re.compile(r"steering", re.I), "notes outside the repo"),
-    (re.compile(r"seeds?[ _-]?0\d", re.I),
-     "a private label: say 'the two-phase drain', 'the spot-notice ladder', 'the "
-     "spot-notice acceptance table' or 'push-based health' (docs/architecture.md)"),
+    (
+        re.compile(r"seeds?[ _-]?0\d", re.I),
+        "a private label: say 'the two-phase drain', 'the spot-notice ladder', 'the "
+        "spot-notice acceptance table' or 'push-based health' (docs/architecture.md)",
+    ),
 ]
 
 
@@ -38,8 +40,9 @@ def pointers(text: str) -> list[tuple[int, str, str]]:
 
 
 def tracked_text_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
-                         check=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
     files = []
     for name in filter(None, out.split("\0")):
         if name.startswith("patches/") or name == THIS:
@@ -56,19 +59,38 @@ def tracked_text_files() -> list[str]:
 
 def test_the_walk_sees_the_files_it_must_check() -> None:
     files = set(tracked_text_files())
-    for name in ("README.md", "Makefile", ".ci/run", "docs/architecture.md",
-                 "harness/ladder/model.py", "examples/ladder/spot-notice-ladder.yaml"):
+    for name in (
+        "README.md",
+        "Makefile",
+        ".ci/run",
+        "docs/architecture.md",
+        "harness/ladder/model.py",
+        "examples/ladder/spot-notice-ladder.yaml",
+    ):
         assert name in files, name
     assert THIS not in files
     assert not any(name.startswith("patches/") for name in files)
 
 
 def test_the_patterns_catch_what_they_are_for() -> None:
-    caught = [m for _, m, _ in pointers("see Specs/x.md; design.md; ../shared/a; the "
-                                        "Steering notes; Seed 002; seed-000; seeds 000; "
-                                        "test_seed_002")]
-    assert caught == ["Specs/", "design.md", "../shared", "Steering", "Seed 00",
-                      "seed-00", "seeds 00", "seed_00"]
+    caught = [
+        m
+        for _, m, _ in pointers(
+            "see Specs/x.md; design.md; ../shared/a; the "
+            "Steering notes; Seed 002; seed-000; seeds 000; "
+            "test_seed_002"
+        )
+    ]
+    assert caught == [
+        "Specs/",
+        "design.md",
+        "../shared",
+        "Steering",
+        "Seed 00",
+        "seed-00",
+        "seeds 00",
+        "seed_00",
+    ]
     assert pointers("random.Random(spec.seed); seed: int = 1; LoadSpec; specs = []") == []
 
 
@@ -76,6 +98,5 @@ def test_no_tracked_file_points_outside_the_repo() -> None:
     problems = []
     for name in tracked_text_files():
         text = (ROOT / name).read_text(encoding="utf-8", errors="replace")
-        problems += [f"{name}:{number}: {match!r} ({why})"
-                     for number, match, why in pointers(text)]
+        problems += [f"{name}:{number}: {match!r} ({why})" for number, match, why in pointers(text)]
     assert not problems, "\n".join(problems)

@@ -53,22 +53,35 @@ SERVE_FILES = {
 
 # The series: each step is (message, changes) made on top of the one before.
 # The tests import the serve tree, so they pass only on the patched overlay.
-STEP_1 = ("[Serve] Drain replicas in two phases\n\nStop routing first.\n", {
-    REPLICA: lines(l5="LINE_5 = 'drained'"),
-    TEST_ONE: "import ray.util\nfrom ray.serve._private import replica\n\n\n"
-              "def test_line_5_is_patched():\n    assert replica.LINE_5 == 'drained'\n"
-              "    assert ray.util.HELPER == 1  # the installed Ray, under the overlay\n",
-})
-STEP_2 = ("[Serve] Router skips draining replicas\n", {
-    REPLICA: lines(l5="LINE_5 = 'drained'", l20="LINE_20 = 'a'", l24="LINE_24 = 'b'"),
-    ROUTER: "ROUTE = 'skip-draining'\n",
-    TEST_TWO: "from ray.serve._private import router\n\n\n"
-              "def test_router():\n    assert router.ROUTE == 'skip-draining'\n",
-})
-STEP_3 = ("[Serve] Retune line 12\n", {
-    REPLICA: lines(l5="LINE_5 = 'drained'", l20="LINE_20 = 'a'", l24="LINE_24 = 'b'",
-                   l12="LINE_12 = 'tuned'"),
-})
+STEP_1 = (
+    "[Serve] Drain replicas in two phases\n\nStop routing first.\n",
+    {
+        REPLICA: lines(l5="LINE_5 = 'drained'"),
+        TEST_ONE: "import ray.util\nfrom ray.serve._private import replica\n\n\n"
+        "def test_line_5_is_patched():\n    assert replica.LINE_5 == 'drained'\n"
+        "    assert ray.util.HELPER == 1  # the installed Ray, under the overlay\n",
+    },
+)
+STEP_2 = (
+    "[Serve] Router skips draining replicas\n",
+    {
+        REPLICA: lines(l5="LINE_5 = 'drained'", l20="LINE_20 = 'a'", l24="LINE_24 = 'b'"),
+        ROUTER: "ROUTE = 'skip-draining'\n",
+        TEST_TWO: "from ray.serve._private import router\n\n\n"
+        "def test_router():\n    assert router.ROUTE == 'skip-draining'\n",
+    },
+)
+STEP_3 = (
+    "[Serve] Retune line 12\n",
+    {
+        REPLICA: lines(
+            l5="LINE_5 = 'drained'",
+            l20="LINE_20 = 'a'",
+            l24="LINE_24 = 'b'",
+            l12="LINE_12 = 'tuned'",
+        ),
+    },
+)
 STEP_4 = ("[Serve] Rename the API\n", {"ray/serve/api.py": "def run_app(app):\n    return app\n"})
 
 
@@ -79,8 +92,9 @@ def _git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def write_files(root: Path, files: dict[str, str]) -> None:
@@ -123,12 +137,15 @@ def wheel(tmp_path: Path) -> Path:
 def env(tmp_path: Path) -> TestEnv:
     """A fake Ray install whose serve tree must never be the one tested."""
     site = tmp_path / "site"
-    write_files(site, {
-        "ray/__init__.py": "",
-        "ray/_version.py": f'version = "2.60.0"\ncommit = "{PIN_COMMIT}"\n',
-        "ray/util.py": "HELPER = 1\n",
-        "ray/serve/__init__.py": "raise ImportError('the installed serve tree was imported')\n",
-    })
+    write_files(
+        site,
+        {
+            "ray/__init__.py": "",
+            "ray/_version.py": f'version = "2.60.0"\ncommit = "{PIN_COMMIT}"\n',
+            "ray/util.py": "HELPER = 1\n",
+            "ray/serve/__init__.py": "raise ImportError('the installed serve tree was imported')\n",
+        },
+    )
     return TestEnv(Path(sys.executable), site)
 
 
@@ -156,8 +173,9 @@ def test_branch_names_come_from_the_real_subjects() -> None:
     ]
     assert len(set(names)) == len(names)
     for name in names:
-        subprocess.run(["git", "check-ref-format", "--branch", name], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "check-ref-format", "--branch", name], check=True, capture_output=True
+        )
 
 
 def test_branch_name_rules() -> None:
@@ -183,8 +201,9 @@ def test_stand_in_is_recognised_as_the_pin(tmp_path: Path, wheel: Path) -> None:
     assert head == git(standin, "rev-parse", "HEAD") and "stand-in" in why
 
 
-def test_standin_verb_takes_a_relative_dir(monkeypatch, capsys, tmp_path: Path,
-                                           wheel: Path) -> None:
+def test_standin_verb_takes_a_relative_dir(
+    monkeypatch, capsys, tmp_path: Path, wheel: Path
+) -> None:
     import signal
 
     import harness.cli as cli
@@ -212,9 +231,7 @@ def test_build_standin_takes_a_relative_dir(monkeypatch, tmp_path: Path, wheel: 
     assert at_the_pin(tmp_path / "relative", RELEASE, wheel)[1].startswith("a stand-in")
 
 
-def test_branches_are_stacked_and_each_is_tested(
-    tmp_path: Path, wheel: Path, env: TestEnv
-) -> None:
+def test_branches_are_stacked_and_each_is_tested(tmp_path: Path, wheel: Path, env: TestEnv) -> None:
     series = make_series(tmp_path, [STEP_1, STEP_2])
     repo = build_standin(wheel, tmp_path / "ray")
     head = git(repo, "rev-parse", "HEAD")
@@ -225,7 +242,8 @@ def test_branches_are_stacked_and_each_is_tested(
     assert git(repo, "rev-parse", f"{first}^") == head
     assert git(repo, "rev-parse", f"{second}^") == git(repo, "rev-parse", first)
     assert git(repo, "log", "-1", "--format=%s%n%b", first).startswith(
-        "[Serve] Drain replicas in two phases\nStop routing first.")
+        "[Serve] Drain replicas in two phases\nStop routing first."
+    )
     assert git(repo, "log", "-1", "--format=%an", second) == "Zoë Developer"
     assert_untouched(repo, head)
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
@@ -312,8 +330,9 @@ def test_force_does_not_move_a_checked_out_branch(tmp_path: Path, wheel: Path) -
 def test_a_patch_that_does_not_apply_leaves_no_branch(tmp_path: Path, wheel: Path) -> None:
     good = make_series(tmp_path / "good", [STEP_1, STEP_2])
     # Written against the base, it changes the line the first patch changed.
-    (bad,) = make_series(tmp_path / "bad", [("[Serve] Conflict\n",
-                                              {REPLICA: lines(l5="LINE_5 = 'other'")})])
+    (bad,) = make_series(
+        tmp_path / "bad", [("[Serve] Conflict\n", {REPLICA: lines(l5="LINE_5 = 'other'")})]
+    )
     third = tmp_path / "0003-Serve-Conflict.patch"
     third.write_bytes(bad.read_bytes())
     repo = build_standin(wheel, tmp_path / "ray")
@@ -330,13 +349,22 @@ def test_a_patch_that_does_not_apply_leaves_no_branch(tmp_path: Path, wheel: Pat
 
 def test_run_tests_counts_each_file(tmp_path: Path, env: TestEnv) -> None:
     serve = tmp_path / "tree" / "ray" / "serve"
-    write_files(serve.parent.parent, {**SERVE_FILES,
-        "ray/serve/tests/unit/test_a.py": "def test_ok():\n    pass\n\n\n"
-                                          "def test_bad():\n    assert 1 == 2\n",
-        "ray/serve/tests/unit/test_b.py": "import no_such_module\n"})
+    write_files(
+        serve.parent.parent,
+        {
+            **SERVE_FILES,
+            "ray/serve/tests/unit/test_a.py": "def test_ok():\n    pass\n\n\n"
+            "def test_bad():\n    assert 1 == 2\n",
+            "ray/serve/tests/unit/test_b.py": "import no_such_module\n",
+        },
+    )
     (tmp_path / "scratch").mkdir()
-    run = run_tests(env, serve, ["ray/serve/tests/unit/test_a.py",
-                                 "ray/serve/tests/unit/test_b.py"], tmp_path / "scratch")
+    run = run_tests(
+        env,
+        serve,
+        ["ray/serve/tests/unit/test_a.py", "ray/serve/tests/unit/test_b.py"],
+        tmp_path / "scratch",
+    )
     assert not run.ok
     assert str(run.counts(["ray/serve/tests/unit/test_a.py"])) == "1 passed, 1 failed"
     assert str(run.counts(["ray/serve/tests/unit/test_b.py"])) == "1 error"
@@ -352,8 +380,10 @@ def test_rebase_check_names_how_each_patch_applies(tmp_path: Path, wheel: Path) 
     # The other release moved three lines of replica.py: line 2 is outer
     # context of patch 1's hunk, line 22 sits between patch 2's two changes,
     # and line 12 is the very line patch 3 changes.
-    other = fake_wheel(tmp_path / "ray-2.59.0.whl", {REPLICA: lines(
-        l2="LINE_2 = 'two'", l22="LINE_22 = 'moved'", l12="LINE_12 = 'theirs'")})
+    other = fake_wheel(
+        tmp_path / "ray-2.59.0.whl",
+        {REPLICA: lines(l2="LINE_2 = 'two'", l22="LINE_22 = 'moved'", l12="LINE_12 = 'theirs'")},
+    )
     result = rebase_check(other, "2.59.0", wheel, series, None)
     rows = {r.patch[:4]: r for r in result.rows}
     assert rows["0001"].applies == "with fuzz"
@@ -363,7 +393,9 @@ def test_rebase_check_names_how_each_patch_applies(tmp_path: Path, wheel: Path) 
     assert "_private/replica.py hunk #1" in rows["0003"].where
     assert "conflicts in _private/replica.py" in rows["0003"].where
     assert (rows["0004"].applies, rows["0004"].tests_text) == (
-        "not tried", "not run: stacked on 0003, which does not apply")
+        "not tried",
+        "not run: stacked on 0003, which does not apply",
+    )
     assert not result.ok
 
 
@@ -374,7 +406,10 @@ def test_rebase_check_on_the_pinned_tree_is_clean_and_tested(
     result = rebase_check(wheel, "2.60.0", wheel, series, env)
     assert [r.applies for r in result.rows] == ["clean"] * 3
     assert [r.tests_text for r in result.rows] == [
-        "own 1 passed", "own 1 passed; earlier 1 passed", "own none ran; earlier 2 passed"]
+        "own 1 passed",
+        "own 1 passed; earlier 1 passed",
+        "own none ran; earlier 2 passed",
+    ]
     assert result.ok
     assert "0001" in result.format()
 
@@ -389,12 +424,17 @@ def write_result(results: Path, name: str, labels: list[str], failures: list[int
         history = History({"label": label, "image": f"rayspot-node:{label}-0000", "scenario": name})
         for i in range(10):
             error = "reset" if i < failed else None
-            history.add_request(Request("short", t0 + i, t0 + i + 0.01, None if error else 200,
-                                        error))
+            history.add_request(
+                Request("short", t0 + i, t0 + i + 0.01, None if error else 200, error)
+            )
         runs[label] = (history, check(history))
-    write_report(results / name, f"Title of {name}", runs,
-                 {"Checks and measurements": "- ✔ the replica was replaced"},
-                 {"as_expected": True, "findings": [f"{name}: as claimed"]})
+    write_report(
+        results / name,
+        f"Title of {name}",
+        runs,
+        {"Checks and measurements": "- ✔ the replica was replaced"},
+        {"as_expected": True, "findings": [f"{name}: as claimed"]},
+    )
     # pr-body reads report.json, never the markdown.
     (results / name / "report.md").unlink()
     return t0
@@ -404,8 +444,9 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
     series = make_series(tmp_path, [STEP_1, STEP_2])
     results = tmp_path / "results"
     t0 = write_result(results, "health_failure", ["2.60.0-stock", "2.60.0-patched"], [3, 0])
-    body = pr_body("1", series, results, known_scenarios={"health_failure", "controller_lag",
-                                                           "stuck_receiver"})
+    body = pr_body(
+        "1", series, results, known_scenarios={"health_failure", "controller_lag", "stuck_receiver"}
+    )
     assert body.startswith("# [Serve] Drain replicas in two phases\n\nStop routing first.")
     assert "### `health_failure`: Title of health_failure" in body
     assert "| failed | 3 (reset 3) | 0 |" in body
