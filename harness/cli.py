@@ -395,6 +395,24 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    volume = parser.add_mutually_exclusive_group()
+    volume.add_argument(
+        "-v",
+        "--verbose",
+        action="store_const",
+        const=1,
+        dest="verbosity",
+        default=0,
+        help="also log every command run and every poll (DEBUG)",
+    )
+    volume.add_argument(
+        "-q",
+        "--quiet",
+        action="store_const",
+        const=-1,
+        dest="verbosity",
+        help="no progress lines: warnings, errors and the verb's own output only",
+    )
     sub = parser.add_subparsers(dest="verb", required=True)
 
     p = sub.add_parser("wheelhouse", help="download the wheels of a Ray release once")
@@ -564,9 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     """The exit code, by EXIT_CODES: each HarnessError carries its own."""
     import traceback
 
+    from harness.core import log
     from harness.core.errors import HarnessError
 
     args = build_parser().parse_args(argv)
+    log.set_verbosity(args.verbosity)
     # A SIGTERM (CI timeout, `kill`) unwinds like Ctrl-C, so cleanup code runs.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
