@@ -8,6 +8,7 @@ used, so a tampered or re-released wheel is caught before anything installs it.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,35 @@ def ensure_wheelhouse(release: RayRelease, python: str = sys.executable) -> Path
     (partial / _COMPLETE).touch()
     if house.exists():
         raise HarnessError(f"{house} exists but is incomplete; remove it and run again.")
+    partial.rename(house)
+    return house
+
+
+def ensure_requirement_wheelhouse(requirement: str, python: str = sys.executable) -> Path:
+    """The wheels of one pinned requirement other than Ray (`pytest==8.3.4`) and
+    of its dependencies, in a wheelhouse folder of their own, downloaded once so
+    that venvs can install them offline.
+
+    Downloaded into a `.partial` folder and renamed into place only when pip
+    succeeded, like `ensure_wheelhouse`; there is no pin to check the wheels
+    against, and an incomplete folder left in the way is replaced.
+    """
+    house = WHEELHOUSE_DIR / requirement.replace("==", "-")
+    if (house / _COMPLETE).exists():
+        return house
+    partial = house.with_name(house.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    print(f"wheelhouse: downloading {requirement} into {house} ...", flush=True)
+    cmd = [python, "-m", "pip", "download", "--quiet", "-d", str(partial), requirement]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise HarnessError(
+            f"pip could not download {requirement}:\n"
+            f"{result.stderr.strip()[-2000:]}\nCheck that PyPI is reachable, "
+            f"then run again; {partial} is reused."
+        )
+    (partial / _COMPLETE).touch()
+    shutil.rmtree(house, ignore_errors=True)
     partial.rename(house)
     return house
 

@@ -33,8 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from harness.core.errors import HarnessError
-from harness.core.paths import BUILD_DIR, ROOT, WHEELHOUSE_DIR
+from harness.core.paths import BUILD_DIR, ROOT
 from harness.core.pin import RayRelease, check_installed
+from harness.core.wheels import ensure_requirement_wheelhouse
 from harness.patches.patchset import (
     SERVE,
     apply_to_checkout,
@@ -174,29 +175,6 @@ def _pytest_requirement() -> str:
     return match.group(1)
 
 
-def _ensure_pytest_house(requirement: str) -> Path:
-    """pytest's wheels, downloaded once like a Ray wheelhouse, so the test venvs
-    install offline."""
-    house = WHEELHOUSE_DIR / requirement.replace("==", "-")
-    if (house / _COMPLETE).exists():
-        return house
-    partial = house.with_name(house.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    print(f"wheelhouse: downloading {requirement} into {house} ...", flush=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "-d", str(partial), requirement]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise HarnessError(
-            f"pip could not download {requirement}:\n"
-            f"{result.stderr.strip()[-2000:]}\nCheck that PyPI is reachable, "
-            f"then run again; {partial} is reused."
-        )
-    (partial / _COMPLETE).touch()
-    shutil.rmtree(house, ignore_errors=True)
-    partial.rename(house)
-    return house
-
-
 def _env_of(venv: Path) -> TestEnv:
     sites = sorted(venv.glob("lib/python3*/site-packages"))
     if not sites:
@@ -213,7 +191,7 @@ def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
     marker = venv / _COMPLETE
     if marker.is_file() and json.loads(marker.read_text()) == stamp:
         return _env_of(venv)
-    tools = _ensure_pytest_house(requirement)
+    tools = ensure_requirement_wheelhouse(requirement)
     started = time.monotonic()
     print(
         f"test venv: installing Ray {release.version} and {requirement} offline into {venv} ...",

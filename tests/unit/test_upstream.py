@@ -344,6 +344,51 @@ def test_a_patch_that_does_not_apply_leaves_no_branch(tmp_path: Path, wheel: Pat
     assert_untouched(repo, head)
 
 
+# ------------------------------------------------------------ test environment
+
+
+def fake_pip(folder: Path, exit_code: int = 0) -> Path:
+    """An interpreter whose `-m pip download ... -d DIR REQ` records the call in
+    folder/calls and leaves one wheel in DIR, so no download really happens."""
+    script = folder / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> "{folder / "calls"}"\n'
+        'while [ "$1" != "-d" ]; do shift; done\n'
+        'touch "$2/pytest-8.0.0-py3-none-any.whl"\n'
+        f"exit {exit_code}\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_the_pytest_wheels_are_downloaded_once(monkeypatch, tmp_path: Path) -> None:
+    import harness.core.wheels as wheels
+
+    monkeypatch.setattr(wheels, "WHEELHOUSE_DIR", tmp_path / "wheelhouse")
+    python = str(fake_pip(tmp_path))
+    house = wheels.ensure_requirement_wheelhouse("pytest==8.0.0", python)
+    assert house == tmp_path / "wheelhouse" / "pytest-8.0.0"
+    assert sorted(p.name for p in house.iterdir()) == [
+        ".complete",
+        "pytest-8.0.0-py3-none-any.whl",
+    ]
+    assert wheels.ensure_requirement_wheelhouse("pytest==8.0.0", python) == house
+    assert (tmp_path / "calls").read_text().count("download") == 1
+    assert [p.name for p in (tmp_path / "wheelhouse").iterdir()] == ["pytest-8.0.0"]
+
+
+def test_a_failed_pytest_download_is_not_taken_for_a_wheelhouse(
+    monkeypatch, tmp_path: Path
+) -> None:
+    import harness.core.wheels as wheels
+
+    monkeypatch.setattr(wheels, "WHEELHOUSE_DIR", tmp_path / "wheelhouse")
+    with pytest.raises(HarnessError, match="pip could not download pytest==8.0.0"):
+        wheels.ensure_requirement_wheelhouse("pytest==8.0.0", str(fake_pip(tmp_path, 1)))
+    assert [p.name for p in (tmp_path / "wheelhouse").iterdir()] == ["pytest-8.0.0.partial"]
+
+
 # ------------------------------------------------------------ running tests
 
 
