@@ -313,13 +313,14 @@ def cmd_upstream(args) -> None:
     from harness.core import wheels
     from harness.core.errors import HarnessError, VerdictFailed
     from harness.core.pin import load_pin, read_series
-    from harness.upstream import upstream
+    from harness.patches.patchset import SERVE
+    from harness.upstream import branches, prbody, rebase, testenv
 
     pin = load_pin()
     if args.action == "body":
         from harness.core.paths import RESULTS_DIR
 
-        print(upstream.pr_body(args.patch, read_series(), RESULTS_DIR), end="")
+        print(prbody.pr_body(args.patch, read_series(), RESULTS_DIR), end="")
         return
     if args.action == "rebase-check":
         # Checked before any download: a release PIN does not know is bad input.
@@ -335,17 +336,17 @@ def cmd_upstream(args) -> None:
     pinned_wheel = wheels.verify_ray_wheel(pinned_house, pin.ray)
     if args.action == "standin":
         # Resolved, so the path printed for RAY_SRC works from wherever make runs.
-        dest = upstream.build_standin(
-            pinned_wheel, Path(args.dest).resolve() if args.dest else upstream.STANDIN_DIR
+        dest = branches.build_standin(
+            pinned_wheel, Path(args.dest).resolve() if args.dest else branches.STANDIN_DIR
         )
         print(
-            f"stand-in ready: {dest} (its {upstream.SERVE} is {pinned_wheel.name}'s); "
+            f"stand-in ready: {dest} (its {SERVE} is {pinned_wheel.name}'s); "
             f"`make pr-branches RAY_SRC={dest}` and `make apply-patches RAY_SRC={dest}` "
             f"accept it as a checkout at the pin"
         )
     elif args.action == "branches":
-        env = upstream.ensure_test_env(pin.ray, pinned_house)
-        result = upstream.pr_branches(
+        env = testenv.ensure_test_env(pin.ray, pinned_house)
+        result = branches.pr_branches(
             Path(args.ray_src), read_series(), pin.ray, pinned_wheel, env, force=args.force
         )
         print(result.format())
@@ -358,8 +359,8 @@ def cmd_upstream(args) -> None:
     elif args.action == "rebase-check":
         house = wheels.ensure_wheelhouse(release)
         wheel = wheels.verify_ray_wheel(house, release)
-        env = upstream.ensure_test_env(release, house)
-        result = upstream.rebase_check(wheel, release.version, pinned_wheel, read_series(), env)
+        env = testenv.ensure_test_env(release, house)
+        result = rebase.rebase_check(wheel, release.version, pinned_wheel, read_series(), env)
         print(result.format())
         if not result.ok:
             raise VerdictFailed(

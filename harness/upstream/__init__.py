@@ -1,1 +1,4 @@
-"""The series as upstream pull requests: branches, test venvs, rebase check, PR bodies."""
+"""The series as upstream pull requests: `branches` (patch messages, branch
+names, stacked PR branches, the stand-in checkout), `testenv` (a Ray release's
+test venv and the patches' tests run in it), `rebase` (the series against
+another release) and `prbody` (each patch's PR description)."""

@@ -155,7 +155,7 @@ def test_soak_over_the_threshold_is_1(monkeypatch, capsys) -> None:
 def no_downloads(monkeypatch, tmp_path: Path) -> list[str]:
     """Wheelhouses and test venvs as stubs; the list records the releases asked for."""
     import harness.core.wheels as wheels
-    import harness.upstream.upstream as upstream
+    import harness.upstream.testenv as testenv
 
     asked: list[str] = []
 
@@ -165,7 +165,7 @@ def no_downloads(monkeypatch, tmp_path: Path) -> list[str]:
 
     monkeypatch.setattr(wheels, "ensure_wheelhouse", house)
     monkeypatch.setattr(wheels, "verify_ray_wheel", lambda house, release: tmp_path / "ray.whl")
-    monkeypatch.setattr(upstream, "ensure_test_env", lambda release, house: None)
+    monkeypatch.setattr(testenv, "ensure_test_env", lambda release, house: None)
     return asked
 
 
@@ -176,20 +176,20 @@ def test_rebase_check_an_unknown_release_is_2_before_any_download(no_downloads, 
 
 
 def test_rebase_check_a_patch_that_does_not_apply_is_1(monkeypatch, no_downloads, capsys) -> None:
-    import harness.upstream.upstream as upstream
+    import harness.upstream.rebase as rebase
     from harness.core.pin import load_pin
 
     result = types.SimpleNamespace(ok=False, format=lambda: "0001  fails")
-    monkeypatch.setattr(upstream, "rebase_check", lambda *args: result)
+    monkeypatch.setattr(rebase, "rebase_check", lambda *args: result)
     assert cli.main(["upstream", "rebase-check", load_pin().baseline.version]) == 1
     assert capsys.readouterr().err.startswith("failed: rebase-check: a patch does not apply")
 
 
 def test_branches_whose_tests_fail_are_1(monkeypatch, no_downloads, tmp_path: Path, capsys) -> None:
-    import harness.upstream.upstream as upstream
+    import harness.upstream.branches as branches
 
     row = types.SimpleNamespace(name="serve/drain-replicas-two-phases")
     result = types.SimpleNamespace(failed=[row], format=lambda: "branches")
-    monkeypatch.setattr(upstream, "pr_branches", lambda *args, **kwargs: result)
+    monkeypatch.setattr(branches, "pr_branches", lambda *args, **kwargs: result)
     assert cli.main(["upstream", "branches", str(tmp_path)]) == 1
     assert "tests failed on serve/drain-replicas-two-phases" in capsys.readouterr().err

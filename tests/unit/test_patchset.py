@@ -397,7 +397,7 @@ def test_checkout_failed_am_leaves_checkout_as_it_was(tmp_path: Path, series: li
 def standin(tmp_path: Path) -> tuple[Path, Path]:
     """The pinned wheel and a stand-in checkout built from it, as `python -m
     harness upstream standin` builds one."""
-    from harness.upstream.upstream import build_standin
+    from harness.upstream.branches import build_standin
 
     wheel = fake_wheel(tmp_path / "ray-2.60.0-py3-none-any.whl")
     return wheel, build_standin(wheel, tmp_path / "ray-standin")

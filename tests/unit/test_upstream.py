@@ -1,4 +1,4 @@
-"""Unit tests for harness.upstream.upstream: stacked PR branches, rebase-check and the PR
+"""Unit tests for harness.upstream: stacked PR branches, rebase-check and the PR
 body, on a tiny fake wheel, fake patch series and fake Ray install under
 tmp_path. The patches' tests really run, with this interpreter's pytest. No
 network, no Docker."""
@@ -20,19 +20,18 @@ from harness.core.pin import RayRelease, read_series
 from harness.experiment.checker import check
 from harness.experiment.history import History, Request
 from harness.experiment.report import write_report
-from harness.patches.patchset import export_workspace
-from harness.upstream import upstream
-from harness.upstream.upstream import (
-    TestEnv,
-    at_the_pin,
+from harness.patches.patchset import at_the_pin, export_workspace
+from harness.upstream import prbody
+from harness.upstream.branches import (
     branch_name,
     branch_names,
     build_standin,
-    pr_body,
+    patch_message,
     pr_branches,
-    rebase_check,
-    run_tests,
 )
+from harness.upstream.prbody import pr_body
+from harness.upstream.rebase import rebase_check
+from harness.upstream.testenv import TestEnv, run_tests
 
 TEST_ONE = "ray/serve/tests/unit/test_drain.py"
 TEST_TWO = "ray/serve/tests/unit/test_router.py"
@@ -163,7 +162,7 @@ def assert_untouched(repo: Path, head: str) -> None:
 
 
 def test_branch_names_come_from_the_real_subjects() -> None:
-    subjects = [upstream.patch_message(p)[0] for p in read_series()]
+    subjects = [patch_message(p)[0] for p in read_series()]
     names = [branch_name(s) for s in subjects]
     assert names[:4] == [
         "serve/push-based-replica-health-controller-side-receive-path",
@@ -495,7 +494,7 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
     assert body.startswith("# [Serve] Drain replicas in two phases\n\nStop routing first.")
     assert "### `health_failure`: Title of health_failure" in body
     assert "| failed | 3 (reset 3) | 0 |" in body
-    assert upstream._utc(t0) in body
+    assert prbody._utc(t0) in body
     assert "**Outcome**: as the scenario claims" in body
     assert "- health_failure: as claimed" in body
     assert "- ✔ the replica was replaced" in body
@@ -521,6 +520,6 @@ def test_pr_body_for_a_patch_nothing_maps_yet(tmp_path: Path) -> None:
 def test_every_mapped_scenario_exists() -> None:
     from harness.scenarios import SCENARIOS
 
-    named = {n for e in upstream.EVIDENCE.values() for n in (*e.scenarios, *e.related)}
-    assert named - set(SCENARIOS) == {upstream.BENCH_HEALTH}
-    assert all(e.caveats for e in upstream.EVIDENCE.values())
+    named = {n for e in prbody.EVIDENCE.values() for n in (*e.scenarios, *e.related)}
+    assert named - set(SCENARIOS) == {prbody.BENCH_HEALTH}
+    assert all(e.caveats for e in prbody.EVIDENCE.values())

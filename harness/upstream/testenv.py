@@ -1,0 +1,331 @@
+"""The patches' own tests (`python/ray/serve/tests/unit/test_*.py` in each
+patch), run against a Ray release: the test venv of that release, the run
+itself, and its JUnit report read back as counts per file.
+
+The test venv is installed offline from the release's wheelhouse plus pytest and
+cached under `build/test-venvs/`. The serve tree under test is laid over it: a
+scratch folder holds a `ray` package whose entries are symlinks into the venv's
+installed `ray`, except `serve`, which is a copy of the tree under test; it goes
+first on PYTHONPATH. So Ray's compiled core and every dependency are exactly the
+release's wheels, `ray.serve` is exactly the tree under test, and nothing
+installed is ever written to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from harness.core.errors import HarnessError
+from harness.core.paths import BUILD_DIR, ROOT
+from harness.core.pin import RayRelease, check_installed
+from harness.core.wheels import ensure_requirement_wheelhouse
+from harness.patches.patchset import output_tail, patch_paths
+
+TEST_VENVS_DIR = BUILD_DIR / "test-venvs"
+_COMPLETE = ".complete"
+# A hung test must not hang the command; the whole series' tests take seconds.
+_TEST_TIMEOUT_S = 900
+
+
+def patch_tests(patch: Path) -> list[str]:
+    """The test files a patch adds or changes, relative to site-packages
+    (`ray/serve/tests/unit/test_x.py`)."""
+    return [
+        rel
+        for rel in patch_paths(patch)
+        if rel.startswith("ray/serve/tests/unit/")
+        and PurePosixPath(rel).name.startswith("test_")
+        and rel.endswith(".py")
+    ]
+
+
+# ------------------------------------------------------------ test environment
+
+
+@dataclass(frozen=True)
+class TestEnv:
+    """An interpreter with pytest and a Ray release's dependencies, and the
+    site-packages whose installed `ray` the serve tree under test is laid over."""
+
+    __test__ = False  # not a pytest class, despite the name
+
+    python: Path
+    site: Path
+
+
+def _pytest_requirement() -> str:
+    # The project pins its pytest in requirements.txt; the test venvs use the same.
+    text = (ROOT / "requirements.txt").read_text()
+    match = re.search(r"^\s*(pytest==[^\s#;]+)", text, re.M)
+    if not match:
+        raise HarnessError(
+            "requirements.txt pins no `pytest==...`; the test venvs install "
+            "that version. Add the pin and run again."
+        )
+    return match.group(1)
+
+
+def _env_of(venv: Path) -> TestEnv:
+    sites = sorted(venv.glob("lib/python3*/site-packages"))
+    if not sites:
+        raise HarnessError(f"{venv} has no site-packages; remove it and run again.")
+    return TestEnv(venv / "bin" / "python", sites[0])
+
+
+def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
+    """The cached test venv of `release`: its wheelhouse installed offline plus
+    pytest, built once (about 30 s) and never modified afterwards."""
+    requirement = _pytest_requirement()
+    stamp = {"ray": release.version, "wheel_sha256": release.sha256, "pytest": requirement}
+    venv = TEST_VENVS_DIR / f"ray-{release.version}"
+    marker = venv / _COMPLETE
+    if marker.is_file() and json.loads(marker.read_text()) == stamp:
+        return _env_of(venv)
+    tools = ensure_requirement_wheelhouse(requirement)
+    started = time.monotonic()
+    print(
+        f"test venv: installing Ray {release.version} and {requirement} offline into {venv} ...",
+        flush=True,
+    )
+    TEST_VENVS_DIR.mkdir(parents=True, exist_ok=True)
+    # Built beside the final folder and renamed in, so a half-built venv is
+    # never mistaken for one. Only `bin/python -m ...` is ever run from it,
+    # which does not care that the folder was renamed.
+    partial = Path(tempfile.mkdtemp(prefix=f".ray-{release.version}.partial-", dir=TEST_VENVS_DIR))
+    try:
+        steps = [
+            [sys.executable, "-m", "venv", "--without-pip", str(partial)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                str(partial / "bin" / "python"),
+                "install",
+                "--quiet",
+                "--no-index",
+                "--find-links",
+                str(house),
+                "--find-links",
+                str(tools),
+                release.requirement,
+                requirement,
+            ],
+        ]
+        for cmd in steps:
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise HarnessError(
+                    f"`{' '.join(cmd)}` failed:\n{output_tail(result)}\nNothing "
+                    f"was kept. Check the wheelhouse {house} and run again."
+                )
+        check_installed(_env_of(partial).site, release)
+        (partial / _COMPLETE).write_text(json.dumps(stamp) + "\n")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    shutil.rmtree(venv, ignore_errors=True)
+    os.replace(partial, venv)
+    print(f"test venv: ready in {time.monotonic() - started:.0f}s", flush=True)
+    return _env_of(venv)
+
+
+# ------------------------------------------------------------ running tests
+
+
+@dataclass
+class TestCounts:
+    __test__ = False
+
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+
+    def add(self, other: TestCounts) -> TestCounts:
+        return TestCounts(
+            self.passed + other.passed,
+            self.failed + other.failed,
+            self.errors + other.errors,
+            self.skipped + other.skipped,
+        )
+
+    def __str__(self) -> str:
+        errors = "error" if self.errors == 1 else "errors"  # as pytest words it
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.passed, "passed"),
+                (self.failed, "failed"),
+                (self.errors, errors),
+                (self.skipped, "skipped"),
+            )
+            if n
+        ]
+        return ", ".join(parts) or "none ran"
+
+
+@dataclass
+class TestRun:
+    __test__ = False
+
+    by_file: dict[str, TestCounts]
+    exit_code: int
+    output: str
+
+    def counts(self, files: Sequence[str]) -> TestCounts:
+        total = TestCounts()
+        for rel in files:
+            total = total.add(self.by_file.get(rel, TestCounts()))
+        return total
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def _junit_counts(report: Path) -> dict[str, TestCounts]:
+    by_file: dict[str, TestCounts] = {}
+    if not report.is_file():
+        return by_file
+    for case in ET.parse(report).iter("testcase"):
+        counts = by_file.setdefault(case.get("file") or "?", TestCounts())
+        tags = {child.tag for child in case}
+        if "error" in tags:
+            counts.errors += 1
+        elif "failure" in tags:
+            counts.failed += 1
+        elif "skipped" in tags:
+            counts.skipped += 1
+        else:
+            counts.passed += 1
+    return by_file
+
+
+def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Path) -> TestRun:
+    """Run `tests` (site-packages-relative paths) with `serve_tree` as `ray.serve`
+    over the Ray in `env`; see the module docstring for the layout."""
+    root = Path(tempfile.mkdtemp(prefix="overlay-", dir=scratch))
+    try:
+        package = root / "ray"
+        package.mkdir()
+        for entry in (env.site / "ray").iterdir():
+            if entry.name != "serve":
+                (package / entry.name).symlink_to(entry)
+        shutil.copytree(
+            serve_tree,
+            package / "serve",
+            symlinks=True,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        # An empty ini of our own: the test run must not pick up this project's
+        # pytest settings, or any ini above the scratch folder.
+        (root / "pytest.ini").write_text("[pytest]\n")
+        report = root / "junit.xml"
+        run_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))}
+        run_env.update(
+            PYTHONPATH=str(root),
+            # No bytecode next to the copied tree or in the venv: a tree edited
+            # within the same second could otherwise be run from stale .pyc.
+            PYTHONDONTWRITEBYTECODE="1",
+            PYTHONNOUSERSITE="1",
+            PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+        )
+        # --disable-warnings: Ray's own deprecation warnings would bury the failures.
+        cmd = [
+            str(env.python),
+            "-m",
+            "pytest",
+            "-q",
+            "--tb=line",
+            "--disable-warnings",
+            "-c",
+            str(root / "pytest.ini"),
+            "--rootdir",
+            str(root),
+            "-p",
+            "no:cacheprovider",
+            # The tests' tmp_path inside the scratch folder, which is removed;
+            # pytest would otherwise keep the last three under /tmp.
+            f"--basetemp={root / 'tmp'}",
+            "--continue-on-collection-errors",
+            "-o",
+            "junit_family=xunit1",
+            f"--junitxml={report}",
+            *tests,
+        ]
+        try:
+            result = subprocess.run(
+                cmd,
+                cwd=root,
+                env=run_env,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=_TEST_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired as exc:
+            return TestRun(
+                _junit_counts(report),
+                -1,
+                f"pytest did not finish within {_TEST_TIMEOUT_S}s:\n{(exc.stdout or '')[-3000:]}",
+            )
+        # The scratch folder is gone when this is read; its paths only add noise.
+        output = output_tail(result, 6000).replace(f"{root}/", "")
+        return TestRun(_junit_counts(report), result.returncode, output)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class PatchTests:
+    """The tests run after one patch: its own test files, and those of the
+    patches below it (a later patch must not break an earlier one's tests)."""
+
+    __test__ = False
+
+    own: TestCounts
+    earlier: TestCounts
+    run: TestRun | None  # None: the series has no test files up to this patch
+
+    @property
+    def ok(self) -> bool:
+        return self.run is None or self.run.ok
+
+    def __str__(self) -> str:
+        if self.run is None:
+            return "none in the series"
+        text = f"own {self.own}"
+        return text + (f"; earlier {self.earlier}" if self.earlier != TestCounts() else "")
+
+
+def run_patch_tests(
+    env: TestEnv, patches: Sequence[Path], index: int, tree: Path, scratch: Path
+) -> PatchTests:
+    """Run the tests of patches[:index + 1] that exist in `tree` (a folder
+    holding `ray/serve`, with the patches up to `index` applied)."""
+    own = [t for t in patch_tests(patches[index]) if (tree / t).is_file()]
+    earlier = list(
+        dict.fromkeys(
+            t
+            for p in patches[:index]
+            for t in patch_tests(p)
+            if t not in own and (tree / t).is_file()
+        )
+    )
+    if not own + earlier:
+        # pytest given no file collects everything under its root: all of Ray.
+        return PatchTests(TestCounts(), TestCounts(), None)
+    run = run_tests(env, tree / "ray" / "serve", own + earlier, scratch)
+    return PatchTests(run.counts(own), run.counts(earlier), run)
