@@ -32,9 +32,7 @@ def cmd_wheelhouse(args) -> None:
 def cmd_setup(args) -> None:
     """Create .venv: the pinned Ray installed offline from the verified
     wheelhouse first, then the project's own requirements."""
-    import subprocess
-
-    from harness.core import wheels
+    from harness.core import proc, wheels
     from harness.core.errors import HarnessError
     from harness.core.paths import ROOT, VENV_DIR
     from harness.core.pin import load_pin
@@ -64,7 +62,8 @@ def cmd_setup(args) -> None:
         ),
     ]
     for cmd, needed in steps:
-        if needed and subprocess.run(cmd).returncode != 0:
+        # pip's own output goes to the terminal: an install takes a while.
+        if needed and proc.run(cmd, capture=False).returncode != 0:
             raise HarnessError(
                 f"`{' '.join(cmd)}` failed (see above). The venv at {VENV_DIR} "
                 f"may be incomplete; run `make setup` again to finish it."

@@ -16,13 +16,12 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cluster import engine
-from harness.core import wheels
+from harness.core import proc, wheels
 from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, DOCKER_DIR
 from harness.core.pin import Pin, load_pin, read_series
@@ -158,11 +157,11 @@ def _bootstrap_base(tag: str) -> None:
             str(rootfs),
             mirror,
         ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        debootstrap = proc.start(cmd, merge_stderr=True, text=True)
         last: list[str] = []
         phases_seen: set[str] = set()
         started = time.monotonic()
-        for line in proc.stdout:
+        for line in debootstrap.stdout:
             last = (last + [line])[-30:]
             # Progress: the first line of each debootstrap phase (Retrieving,
             # Extracting, Installing, Configuring, ...), not one per package.
@@ -173,7 +172,7 @@ def _bootstrap_base(tag: str) -> None:
                     f"base: debootstrap {line[3:].strip()} ({time.monotonic() - started:.0f}s)",
                     flush=True,
                 )
-        if proc.wait() != 0:
+        if debootstrap.wait() != 0:
             raise HarnessError(
                 "debootstrap failed:\n"
                 + "".join(last)
@@ -181,7 +180,7 @@ def _bootstrap_base(tag: str) -> None:
             )
         # The image should not carry apt lists or caches from the bootstrap.
         shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        tar = proc.start(["tar", "-C", rootfs, "-c", "."])
         engine.import_rootfs(tar.stdout, tag)
         if tar.wait() != 0:
             raise HarnessError(f"tar of {rootfs} failed; no usable base image was made.")
@@ -197,7 +196,7 @@ def _remove_rootfs(rootfs: Path) -> None:
     for sub in ("proc", "sys", "dev/pts", "dev"):
         mount = rootfs / sub
         if os.path.ismount(mount):
-            subprocess.run(["umount", "-l", str(mount)], check=False)
+            proc.run(["umount", "-l", mount], capture=False)
     shutil.rmtree(rootfs, ignore_errors=True)
 
 

@@ -8,10 +8,10 @@ used, so a tampered or re-released wheel is caught before anything installs it.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import sys
 from pathlib import Path
 
+from harness.core import proc
 from harness.core.errors import HarnessError
 from harness.core.paths import WHEELHOUSE_DIR
 from harness.core.pin import RayRelease
@@ -58,10 +58,10 @@ def ensure_wheelhouse(release: RayRelease, python: str = sys.executable) -> Path
         str(partial),
         release.requirement,
     ]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = proc.run(cmd)
     if result.returncode != 0:
         raise HarnessError(
-            f"pip could not download {release.requirement}:\n{result.stderr.strip()[-2000:]}\n"
+            f"pip could not download {release.requirement}:\n{proc.output_tail(result)}\n"
             f"The partial download stays in {partial} and is reused next time. "
             f"Check that PyPI is reachable, then run the command again."
         )

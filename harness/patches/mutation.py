@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core import proc
 from harness.core.errors import HarnessError
 from harness.patches.patchset import signals_deferred
 
@@ -47,6 +47,9 @@ _PASSED, _TESTS_FAILED = 0, 1
 # A mutated run taking longer than this multiple of the unmutated one, plus the
 # margin, is taken to hang.
 _HANG_FACTOR, _HANG_MARGIN_S = 5, 30.0
+# How much of pytest's output an error shows: about its last 30 lines, which
+# hold the failure and the summary.
+_SHOWN_OUTPUT = 3000
 
 
 @dataclass(frozen=True)
@@ -283,16 +286,12 @@ def _mutated(site_packages: Path, mutation: Mutation, text: str) -> Iterator[Non
 
 def _run_pytest(
     python: Path, pytest_args: list[str], timeout_s: float | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the tests; raises subprocess.TimeoutExpired (child killed) past `timeout_s`."""
+) -> proc.CompletedProcess[str]:
+    """Run the tests; raises proc.TimeoutExpired (child killed) past `timeout_s`."""
     # No bytecode is written, so no .pyc of a mutated file outlives its mutation.
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(
-        [str(python), "-m", "pytest", *_PYTEST_FLAGS, *pytest_args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout_s,
+    return proc.run(
+        [python, "-m", "pytest", *_PYTEST_FLAGS, *pytest_args], env=env, timeout=timeout_s
     )
 
 
@@ -302,10 +301,6 @@ def _failed_tests(output: str) -> tuple[str, ...]:
         for line in output.splitlines()
         if line.startswith(("FAILED ", "ERROR "))
     )
-
-
-def _tail(result: subprocess.CompletedProcess[str], lines: int = 30) -> str:
-    return "\n".join((result.stdout + result.stderr).strip().splitlines()[-lines:])
 
 
 def run_mutations(
@@ -333,7 +328,7 @@ def run_mutations(
         raise HarnessError(
             f"the patch tests fail without any mutation (pytest exit "
             f"{baseline.returncode}), so a mutation run would prove nothing. Nothing "
-            f"was changed. Fix the tests first:\n{_tail(baseline)}"
+            f"was changed. Fix the tests first:\n{proc.output_tail(baseline, _SHOWN_OUTPUT)}"
         )
 
     results: list[MutationResult] = []
@@ -347,7 +342,7 @@ def run_mutations(
         with _mutated(site_packages, mutation, texts[mutation.name]):
             try:
                 result = _run_pytest(python, pytest_args, hang_after_s)
-            except subprocess.TimeoutExpired:
+            except proc.TimeoutExpired:
                 results.append(
                     MutationResult(
                         name=mutation.name,
@@ -363,7 +358,7 @@ def run_mutations(
                 f"mutation '{mutation.name}': pytest exited {result.returncode} (not a "
                 f"test failure: the mutation broke collection or the run). "
                 f"{mutation.path} was restored. Make the neutralised snippet valid "
-                f"code:\n{_tail(result)}"
+                f"code:\n{proc.output_tail(result, _SHOWN_OUTPUT)}"
             )
         results.append(
             MutationResult(

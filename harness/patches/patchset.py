@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import zipfile
@@ -35,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from harness.core.errors import HarnessError
+from harness.core.git import git_output, run_git
 from harness.core.paths import PATCHES_DIR, SERIES_FILE, WORKSPACE_DIR
 from harness.core.pin import RayRelease, check_installed, installed_ray, read_series
+from harness.core.proc import output_tail
 from harness.core.wheels import sha256_file
 
 STATE_DIR_NAME = ".ray-patches"
@@ -65,93 +66,7 @@ _WORKSPACE_DATE = "@946684800 +0000"
 _MAX_LISTED = 20
 
 
-# --------------------------------------------------------------------------- git
-
-
-def git_env(isolated: bool, identity: bool = False) -> dict[str, str]:
-    # Drop every GIT_* variable that points git at another repository (a hook or
-    # an editor may have set them); keep the user's identity unless isolated.
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("GIT_")
-        or (not isolated and key.startswith(("GIT_AUTHOR_", "GIT_COMMITTER_")))
-    }
-    # English messages, because some of them are parsed below.
-    env["LC_ALL"] = "C"
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    if isolated:
-        env["GIT_CONFIG_GLOBAL"] = os.devnull
-        env["GIT_CONFIG_NOSYSTEM"] = "1"
-    if identity:
-        env.update(
-            GIT_AUTHOR_NAME=_WORKSPACE_NAME,
-            GIT_AUTHOR_EMAIL=_WORKSPACE_EMAIL,
-            GIT_AUTHOR_DATE=_WORKSPACE_DATE,
-            GIT_COMMITTER_NAME=_WORKSPACE_NAME,
-            GIT_COMMITTER_EMAIL=_WORKSPACE_EMAIL,
-            GIT_COMMITTER_DATE=_WORKSPACE_DATE,
-        )
-    return env
-
-
-# Settings a repository's own .git/config could change and that would change the
-# bytes of an exported patch; `-c` outranks every config file.
-_PINNED_CONFIG = (
-    "core.quotePath=true",
-    "diff.noprefix=false",
-    "diff.mnemonicPrefix=false",
-    "diff.relative=false",
-    "diff.suppressBlankEmpty=false",
-    "diff.interHunkContext=0",
-    "format.forceInBodyFrom=false",
-    "format.mboxrd=false",
-    "i18n.commitEncoding=UTF-8",
-    "i18n.logOutputEncoding=UTF-8",
-)
-
-
-def run_git(
-    args: Sequence[str | os.PathLike[str]],
-    cwd: Path,
-    *,
-    isolated: bool = True,
-    identity: bool = False,
-    ceiling: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    cmd = ["git"]
-    for setting in _PINNED_CONFIG if isolated else ():
-        cmd += ["-c", setting]
-    cmd += [str(arg) for arg in args]
-    env = git_env(isolated, identity)
-    if ceiling is not None:
-        # Stop git from discovering an enclosing repository (site-packages may
-        # sit inside this project's checkout) and applying relative to it.
-        env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
-    try:
-        return subprocess.run(
-            cmd, cwd=cwd, env=env, capture_output=True, text=True, errors="replace"
-        )
-    except FileNotFoundError as exc:
-        if not cwd.is_dir():
-            raise HarnessError(f"{cwd} does not exist or is not a folder.") from exc
-        raise HarnessError(
-            "git is not installed or not on PATH; install git and run again. Nothing was changed."
-        ) from exc
-
-
-def git_output(args: Sequence[str | os.PathLike[str]], cwd: Path, **kwargs: bool) -> str:
-    result = run_git(args, cwd, **kwargs)
-    if result.returncode != 0:
-        raise HarnessError(
-            f"`git {' '.join(map(str, args))}` failed in {cwd}:\n{output_tail(result)}"
-        )
-    return result.stdout
-
-
-def output_tail(result: subprocess.CompletedProcess[str], limit: int = 2000) -> str:
-    text = (result.stdout + result.stderr).strip()
-    return text[-limit:]
+# ------------------------------------------------------------------ messages
 
 
 def listing(items: Sequence[str]) -> str:
@@ -922,15 +837,7 @@ def at_the_pin(
 def _patch_id(diff: str, repo: Path) -> str | None:
     """git's id of a change, the same for a patch file and the commit it made
     (line numbers and whitespace do not count); None for no change."""
-    result = subprocess.run(
-        ["git", "patch-id", "--stable"],
-        input=diff,
-        cwd=repo,
-        env=git_env(isolated=True),
-        capture_output=True,
-        text=True,
-        errors="replace",
-    )
+    result = run_git(["patch-id", "--stable"], repo, input=diff)
     return result.stdout.split()[0] if result.returncode == 0 and result.stdout else None
 
 

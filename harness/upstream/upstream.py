@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,9 +31,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
+from harness.core import proc
 from harness.core.errors import HarnessError
+from harness.core.git import git_output, run_git
 from harness.core.paths import BUILD_DIR, ROOT, WHEELHOUSE_DIR
 from harness.core.pin import RayRelease, check_installed
+from harness.core.proc import output_tail
 from harness.patches.patchset import (
     SERVE,
     apply_to_checkout,
@@ -42,13 +44,9 @@ from harness.patches.patchset import (
     build_workspace,
     checkout_top,
     extract_from_wheel,
-    git_env,
-    git_output,
     listing,
-    output_tail,
     patch_paths,
     refuse_dirty,
-    run_git,
 )
 
 TEST_VENVS_DIR = BUILD_DIR / "test-venvs"
@@ -78,20 +76,14 @@ def patch_message(patch: Path) -> tuple[str, str]:
     with tempfile.TemporaryDirectory(prefix="ray-mailinfo-") as tmp:
         msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
         with patch.open("rb") as mbox:
-            result = subprocess.run(
-                ["git", "mailinfo", "-k", str(msg), str(diff)],
-                stdin=mbox,
-                capture_output=True,
-                env=git_env(isolated=True),
-                cwd=tmp,
-            )
+            result = run_git(["mailinfo", "-k", msg, diff], Path(tmp), stdin=mbox)
         if result.returncode != 0:
             raise HarnessError(
                 f"git cannot read {patch.name} as a patch mail "
-                f"({result.stderr.decode(errors='replace').strip()}). Regenerate it with "
+                f"({result.stderr.strip()}). Regenerate it with "
                 f"`make workspace` and `make export-patches`."
             )
-        headers = result.stdout.decode("utf-8", errors="replace")
+        headers = result.stdout
         subject = next(
             (
                 line[len("Subject: ") :]
@@ -184,7 +176,7 @@ def _ensure_pytest_house(requirement: str) -> Path:
     partial.mkdir(parents=True, exist_ok=True)
     print(f"wheelhouse: downloading {requirement} into {house} ...", flush=True)
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "-d", str(partial), requirement]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = proc.run(cmd)
     if result.returncode != 0:
         raise HarnessError(
             f"pip could not download {requirement}:\n"
@@ -245,7 +237,7 @@ def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
             ],
         ]
         for cmd in steps:
-            result = subprocess.run(cmd, capture_output=True, text=True)
+            result = proc.run(cmd)
             if result.returncode != 0:
                 raise HarnessError(
                     f"`{' '.join(cmd)}` failed:\n{output_tail(result)}\nNothing "
@@ -387,16 +379,8 @@ def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Pat
             *tests,
         ]
         try:
-            result = subprocess.run(
-                cmd,
-                cwd=root,
-                env=run_env,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=_TEST_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired as exc:
+            result = proc.run(cmd, cwd=root, env=run_env, timeout=_TEST_TIMEOUT_S)
+        except proc.TimeoutExpired as exc:
             return TestRun(
                 _junit_counts(report),
                 -1,
@@ -534,13 +518,11 @@ def _update_refs(repo: Path, updates: Sequence[tuple[str, str, str | None]]) -> 
         else f"update refs/heads/{name} {new} {old}"
         for name, new, old in updates
     ]
-    result = subprocess.run(
-        ["git", "update-ref", "-m", "pr-branches", "--stdin"],
+    result = run_git(
+        ["update-ref", "-m", "pr-branches", "--stdin"],
+        repo,
+        isolated=False,
         input="\n".join(lines) + "\n",
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=git_env(isolated=False),
     )
     if result.returncode != 0:
         raise HarnessError(
