@@ -5,8 +5,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 HARNESS := $(PY) -m harness
-# The venv's site-packages, where apply-patches installs the patches' own tests.
-SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# The venv's site-packages, where apply-patches installs the patches' own tests:
+# asked of the harness, so it is the folder apply-patches wrote to.
+SITE = $(shell $(PY) -c 'from harness.core.venv import site_packages; print(site_packages())')
 PATCH_TESTS = $(SITE)/ray/serve/tests/unit
 
 # GNU make exits 2 whenever a recipe fails, whatever code the recipe exited with: its

@@ -11,15 +11,6 @@ import time
 from pathlib import Path
 
 
-def _site_packages(venv: Path) -> Path:
-    found = sorted(venv.glob("lib/python3*/site-packages"))
-    if not found:
-        from harness.core.errors import HarnessError
-
-        raise HarnessError(f"no virtualenv at {venv}; run `make setup` first.")
-    return found[0]
-
-
 def cmd_wheelhouse(args) -> None:
     from harness.core import wheels
     from harness.core.pin import load_pin
@@ -36,10 +27,11 @@ def cmd_setup(args) -> None:
     from harness.core.errors import HarnessError
     from harness.core.paths import ROOT, VENV_DIR
     from harness.core.pin import load_pin
+    from harness.core.venv import python_in
 
     release = load_pin().ray
     house = wheels.ensure_wheelhouse(release)
-    python = VENV_DIR / "bin" / "python"
+    python = python_in(VENV_DIR)
     steps = [
         ([sys.executable, "-m", "venv", str(VENV_DIR)], not python.exists()),
         (
@@ -74,6 +66,7 @@ def cmd_setup(args) -> None:
 def cmd_patches(args) -> None:
     from harness.core.paths import PATCHES_DIR, VENV_DIR, WORKSPACE_DIR
     from harness.core.pin import load_pin, read_series
+    from harness.core.venv import site_packages
     from harness.patches import patchset
 
     pin = load_pin()
@@ -87,15 +80,15 @@ def cmd_patches(args) -> None:
         print(patchset.apply_to_checkout(Path(ray_src), read_series(), pin.ray, wheel).format())
     elif args.action == "apply":
         result = patchset.apply_to_site_packages(
-            site or _site_packages(VENV_DIR), read_series(), pin.ray
+            site or site_packages(VENV_DIR), read_series(), pin.ray
         )
         print(result.format())
     elif args.action == "revert":
         # It prints its own summary; the list of restored files is for callers.
-        patchset.revert_site_packages(site or _site_packages(VENV_DIR), force=args.force)
+        patchset.revert_site_packages(site or site_packages(VENV_DIR), force=args.force)
     elif args.action == "status":
         print(
-            patchset.status_site_packages(site or _site_packages(VENV_DIR), read_series()).format()
+            patchset.status_site_packages(site or site_packages(VENV_DIR), read_series()).format()
         )
     elif args.action == "workspace":
         from harness.core import wheels

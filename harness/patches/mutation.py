@@ -25,8 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core import proc
+from harness.core import proc, venv
 from harness.core.errors import HarnessError
+from harness.core.paths import VENV_DIR
 from harness.patches.patchset import signals_deferred
 
 _DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
@@ -222,17 +223,6 @@ MUTATIONS: tuple[Mutation, ...] = (
 )
 
 
-def _python_for(site_packages: Path) -> Path:
-    """The interpreter of the venv that owns `site_packages` (venv/lib/pythonX/site-packages)."""
-    python = site_packages.parents[2] / "bin" / "python"
-    if not python.exists():
-        raise HarnessError(
-            f"{site_packages} is not inside a virtualenv (no {python}). Nothing was "
-            f"changed. Pass the site-packages of the venv the series is applied to."
-        )
-    return python
-
-
 def _restore_leftovers(site_packages: Path) -> list[str]:
     """Put back originals that a killed run left beside their mutated files."""
     restored = []
@@ -313,7 +303,10 @@ def run_mutations(
     errors instead of passing or failing.
     """
     site_packages = site_packages.resolve()
-    python = python or _python_for(site_packages)
+    python = python or venv.python_of(
+        site_packages,
+        "Nothing was changed. Pass the site-packages of the venv the series is applied to.",
+    )
     for path in _restore_leftovers(site_packages):
         print(f"mutation: restored {path}, left mutated by an interrupted run", flush=True)
     texts = {m.name: _source(site_packages, m) for m in MUTATIONS}
@@ -385,15 +378,6 @@ def format_table(results: list[MutationResult]) -> str:
     return "\n".join(lines)
 
 
-def _default_site_packages() -> Path:
-    from harness.core.paths import VENV_DIR
-
-    found = sorted(VENV_DIR.glob("lib/python3*/site-packages"))
-    if not found:
-        raise HarnessError(f"no virtualenv at {VENV_DIR}; pass --site-packages.")
-    return found[0]
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m harness.patches.mutation",
@@ -412,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     try:
-        site = args.site_packages or _default_site_packages()
+        site = args.site_packages or venv.site_packages(VENV_DIR, fix="pass --site-packages")
         tests = sorted(str(p) for p in (site / _PATCH_TESTS).glob(_PUSH_HEALTH_TESTS))
         if not args.pytest_args and not tests:
             raise HarnessError(

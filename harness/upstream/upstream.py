@@ -37,6 +37,7 @@ from harness.core.git import git_output, run_git
 from harness.core.paths import BUILD_DIR, ROOT, WHEELHOUSE_DIR
 from harness.core.pin import RayRelease, check_installed
 from harness.core.proc import output_tail
+from harness.core.venv import python_in, site_packages
 from harness.patches.patchset import (
     SERVE,
     apply_to_checkout,
@@ -190,10 +191,7 @@ def _ensure_pytest_house(requirement: str) -> Path:
 
 
 def _env_of(venv: Path) -> TestEnv:
-    sites = sorted(venv.glob("lib/python3*/site-packages"))
-    if not sites:
-        raise HarnessError(f"{venv} has no site-packages; remove it and run again.")
-    return TestEnv(venv / "bin" / "python", sites[0])
+    return TestEnv(python_in(venv), site_packages(venv, fix="remove it and run again"))
 
 
 def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
