@@ -67,7 +67,7 @@ def cmd_patches(args) -> None:
     from harness.core.paths import PATCHES_DIR, VENV_DIR, WORKSPACE_DIR
     from harness.core.pin import load_pin, read_series
     from harness.core.venv import site_packages
-    from harness.patches import patchset
+    from harness.patches import checkout, installed, workspace
 
     pin = load_pin()
     site = Path(args.site_packages) if args.site_packages else None
@@ -77,27 +77,27 @@ def cmd_patches(args) -> None:
 
         # The pinned wheel is what a stand-in checkout is recognised by.
         wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
-        print(patchset.apply_to_checkout(Path(ray_src), read_series(), pin.ray, wheel).format())
+        print(checkout.apply_to_checkout(Path(ray_src), read_series(), pin.ray, wheel).format())
     elif args.action == "apply":
-        result = patchset.apply_to_site_packages(
+        result = installed.apply_to_site_packages(
             site or site_packages(VENV_DIR), read_series(), pin.ray
         )
         print(result.format())
     elif args.action == "revert":
         # It prints its own summary; the list of restored files is for callers.
-        patchset.revert_site_packages(site or site_packages(VENV_DIR), force=args.force)
+        installed.revert_site_packages(site or site_packages(VENV_DIR), force=args.force)
     elif args.action == "status":
         print(
-            patchset.status_site_packages(site or site_packages(VENV_DIR), read_series()).format()
+            installed.status_site_packages(site or site_packages(VENV_DIR), read_series()).format()
         )
     elif args.action == "workspace":
         from harness.core import wheels
 
         wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
-        patchset.build_workspace(wheel, read_series(), WORKSPACE_DIR)
+        workspace.build_workspace(wheel, read_series(), WORKSPACE_DIR)
         print(f"workspace ready: {WORKSPACE_DIR} (one commit per patch on top of `base`)")
     elif args.action == "export":
-        for path in patchset.export_workspace(WORKSPACE_DIR, PATCHES_DIR):
+        for path in workspace.export_workspace(WORKSPACE_DIR, PATCHES_DIR):
             print(f"wrote {path.relative_to(PATCHES_DIR.parent)}")
 
 

@@ -25,7 +25,8 @@ from harness.core import proc, wheels
 from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, DOCKER_DIR
 from harness.core.pin import Pin, load_pin, read_series
-from harness.patches import patchset
+from harness.patches.installed import apply_to_site_packages
+from harness.patches.workspace import extract_from_wheel
 
 SUITE = "bookworm"
 # Same list on both paths (pulled slim image or debootstrap): what `ray start`
@@ -274,8 +275,8 @@ def patched_serve_tree(wheel: Path, patches: list[Path], pin: Pin, dest: Path) -
     """The wheel's ray/serve with the series applied, by the same code and the same
     all-or-nothing checks as `make apply-patches`."""
     site = dest.parent / "site"
-    patchset.extract_from_wheel(wheel, site, ["ray/_version.py", "ray/serve/"])
-    patchset.apply_to_site_packages(site, patches, pin.ray)
+    extract_from_wheel(wheel, site, ["ray/_version.py", "ray/serve/"])
+    apply_to_site_packages(site, patches, pin.ray)
     (site / "ray" / "serve").rename(dest)
     shutil.rmtree(site)
 

@@ -99,3 +99,23 @@ def git_output(args: Sequence[str | os.PathLike[str]], cwd: Path, **kwargs: bool
             f"`git {' '.join(map(str, args))}` failed in {cwd}:\n{proc.output_tail(result)}"
         )
     return result.stdout
+
+
+def operation_in_progress(repo: Path, isolated: bool) -> str | None:
+    """What a `git am`, rebase, merge or cherry-pick left unfinished in `repo`, if any."""
+    for name, what in (
+        ("rebase-apply", "a `git am` or rebase"),
+        ("rebase-merge", "a rebase"),
+        ("MERGE_HEAD", "a merge"),
+        ("CHERRY_PICK_HEAD", "a cherry-pick"),
+    ):
+        path = git_output(["rev-parse", "--git-path", name], repo, isolated=isolated).strip()
+        if (repo / path).exists():
+            return what
+    return None
+
+
+def uncommitted_paths(repo: Path, isolated: bool) -> list[str]:
+    """Files in `repo` with changes not committed, untracked ones included."""
+    out = git_output(["status", "--porcelain"], repo, isolated=isolated)
+    return [line[3:] for line in out.splitlines() if line.strip()]

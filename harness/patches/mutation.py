@@ -28,7 +28,7 @@ from pathlib import Path
 from harness.core import proc, venv
 from harness.core.errors import HarnessError
 from harness.core.paths import VENV_DIR
-from harness.patches.patchset import signals_deferred
+from harness.patches.journal import signals_deferred
 
 _DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
 _REPLICA = "ray/serve/_private/replica.py"

@@ -12,8 +12,8 @@ a copy of the tree under test; it goes first on PYTHONPATH. So Ray's compiled
 core and every dependency are exactly the release's wheels, `ray.serve` is
 exactly the tree under test, and nothing installed is ever written to.
 
-Applying patches and reading them is `harness.patches.patchset`'s; this module only
-arranges those steps per patch and reports on them.
+Applying patches and reading them belong to `harness.patches`; this module
+only arranges those steps per patch and reports on them.
 """
 
 from __future__ import annotations
@@ -32,23 +32,15 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from harness.core import proc
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, listing
 from harness.core.git import git_output, run_git
 from harness.core.paths import BUILD_DIR, ROOT, WHEELHOUSE_DIR
 from harness.core.pin import RayRelease, check_installed
 from harness.core.proc import output_tail
 from harness.core.venv import python_in, site_packages
-from harness.patches.patchset import (
-    SERVE,
-    apply_to_checkout,
-    at_the_pin,
-    build_workspace,
-    checkout_top,
-    extract_from_wheel,
-    listing,
-    patch_paths,
-    refuse_dirty,
-)
+from harness.patches.checkout import apply_to_checkout, at_the_pin, checkout_top, refuse_dirty
+from harness.patches.patch_files import SERVE, patch_paths
+from harness.patches.workspace import build_workspace, extract_from_wheel
 
 TEST_VENVS_DIR = BUILD_DIR / "test-venvs"
 STANDIN_DIR = BUILD_DIR / "ray-standin"

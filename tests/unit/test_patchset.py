@@ -1,4 +1,5 @@
-"""Unit tests for harness.patches.patchset: small fake site-packages trees, small git
+"""Unit tests for harness.patches (the site-packages apply and its journal, the
+Ray checkout, the workspace and its export): small fake site-packages trees, small git
 repos and a tiny fake wheel, all under tmp_path. No network, no docker."""
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from pinned_tree import COMMIT, RELEASE, REPLICA, ROUTER, isolate_git
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
 from harness.core.pin import RayRelease
-from harness.patches import patchset
-from harness.patches.patchset import (
-    apply_to_checkout,
+from harness.patches import journal, patch_files
+from harness.patches.checkout import apply_to_checkout
+from harness.patches.installed import (
     apply_to_site_packages,
-    build_workspace,
-    export_workspace,
     revert_site_packages,
     status_site_packages,
 )
+from harness.patches.workspace import build_workspace, export_workspace
 
 CREATED_TEST = "ray/serve/tests/unit/test_drain.py"
 
@@ -273,10 +273,10 @@ def test_empty_series_is_recorded(tmp_path: Path) -> None:
 _KILL_DURING_COMMIT = """
 import os, sys
 from pathlib import Path
-from harness.patches import patchset
+from harness.patches import installed, journal
 from harness.core.pin import RayRelease
 
-real_put, calls = patchset._put_file, []
+real_put, calls = journal._put_file, []
 
 def dying_put(site, rel, source):
     calls.append(rel)
@@ -284,10 +284,10 @@ def dying_put(site, rel, source):
         os._exit(9)  # a kill: no handler, no finally, no rollback
     real_put(site, rel, source)
 
-patchset._put_file = dying_put
+journal._put_file = dying_put
 site, *patches = map(Path, sys.argv[1:])
 release = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=%r)
-patchset.apply_to_site_packages(site, patches, release)
+installed.apply_to_site_packages(site, patches, release)
 """
 
 
@@ -317,7 +317,7 @@ def test_failed_write_is_rolled_back_at_once(
 ) -> None:
     site = fake_site(tmp_path / "site")
     before = tree_hash(site)
-    real_put = patchset._put_file
+    real_put = journal._put_file
     calls = []
 
     def failing_put(site_: Path, rel: str, source: Path) -> None:
@@ -326,7 +326,7 @@ def test_failed_write_is_rolled_back_at_once(
             raise OSError(28, "No space left on device")
         real_put(site_, rel, source)
 
-    monkeypatch.setattr(patchset, "_put_file", failing_put)
+    monkeypatch.setattr(journal, "_put_file", failing_put)
     with pytest.raises(HarnessError, match="put back"):
         apply_to_site_packages(site, series[:2], RELEASE)
     assert tree_hash(site) == before
@@ -335,14 +335,14 @@ def test_failed_write_is_rolled_back_at_once(
 def test_sigint_is_deferred_during_commit() -> None:
     reached_end = False
     with pytest.raises(KeyboardInterrupt):
-        with patchset.signals_deferred():
+        with journal.signals_deferred():
             os.kill(os.getpid(), signal.SIGINT)
             reached_end = True
     assert reached_end
 
 
 def test_patch_paths_strip_to_site_packages(series: list[Path]) -> None:
-    assert patchset.patch_paths(series[0]) == [REPLICA, CREATED_TEST]
+    assert patch_files.patch_paths(series[0]) == [REPLICA, CREATED_TEST]
 
 
 # ---------------------------------------------------------------- checkout

@@ -20,7 +20,7 @@ from harness.core.pin import RayRelease, read_series
 from harness.experiment.checker import check
 from harness.experiment.history import History, Request
 from harness.experiment.report import write_report
-from harness.patches.patchset import export_workspace
+from harness.patches.workspace import export_workspace
 from harness.upstream import upstream
 from harness.upstream.upstream import (
     TestEnv,
