@@ -64,11 +64,16 @@ def cmd_setup(args) -> None:
 
 
 def cmd_patches(args) -> None:
+    from harness.core.errors import HarnessError
     from harness.core.paths import PATCHES_DIR, VENV_DIR, WORKSPACE_DIR
     from harness.core.pin import load_pin, read_series
     from harness.core.venv import site_packages
     from harness.patches import checkout, installed, workspace
 
+    if args.check and args.action != "export":
+        raise HarnessError(f"--check goes with `patches export`, not `patches {args.action}`.")
+    if args.fresh and not args.check:
+        raise HarnessError("--fresh goes with `patches export --check`.")
     pin = load_pin()
     site = Path(args.site_packages) if args.site_packages else None
     ray_src = os.environ.get("RAY_SRC")
@@ -96,9 +101,47 @@ def cmd_patches(args) -> None:
         wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
         workspace.build_workspace(wheel, read_series(), WORKSPACE_DIR)
         print(f"workspace ready: {WORKSPACE_DIR} (one commit per patch on top of `base`)")
+    elif args.action == "export" and args.check:
+        _check_export(args.fresh)
     elif args.action == "export":
         for path in workspace.export_workspace(WORKSPACE_DIR, PATCHES_DIR):
             print(f"wrote {path.relative_to(PATCHES_DIR.parent)}")
+
+
+def _check_export(fresh: bool) -> None:
+    """`patches export --check`: exit 1 naming the files when patches/ is not
+    exactly what an export writes; nothing is written."""
+    from harness.core.errors import VerdictFailed, listing
+    from harness.core.paths import PATCHES_DIR, WORKSPACE_DIR
+    from harness.core.pin import load_pin, read_series
+    from harness.patches import workspace
+
+    if fresh:
+        from harness.core import wheels
+
+        pin = load_pin()
+        wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
+        source = f"a workspace built from {wheel.name} and patches/series"
+        differences = workspace.fresh_export_differences(wheel, read_series(), PATCHES_DIR)
+        fix = (
+            "The committed patch files are not what the export writes (edited by hand, or "
+            "written by another tool): run `make workspace` and `make export-patches`, then "
+            "commit the result."
+        )
+    else:
+        source = str(WORKSPACE_DIR)
+        differences = workspace.export_differences(WORKSPACE_DIR, PATCHES_DIR)
+        fix = (
+            "If the workspace holds the newer work, run `make export-patches` to write it "
+            "to patches/; if patches/ does (a pull, an edit), run `make workspace` to "
+            "rebuild the workspace from it."
+        )
+    if differences:
+        raise VerdictFailed(
+            f"patches/ differs from what an export of {source} writes: "
+            f"{listing(differences)}. Nothing was written. {fix}"
+        )
+    print(f"patches: patches/ is exactly what an export of {source} writes; nothing was written")
 
 
 def cmd_images(args) -> None:
@@ -400,6 +443,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["apply", "revert", "status", "workspace", "export"])
     p.add_argument("--site-packages", help="default: the project's .venv")
     p.add_argument("--force", action="store_true", help="revert even over hand edits")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="export: write nothing; exit 1 naming the files if patches/ differs from "
+        "what the export would write, 0 if not",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="export --check: export a workspace built in a temporary folder from the "
+        "pinned wheel and the series, not build/ray-src (a clean clone, CI)",
+    )
     p.set_defaults(func=cmd_patches)
 
     p = sub.add_parser("images", help="build the node images (only what changed)")

@@ -1,7 +1,8 @@
 """The `build/ray-src` workspace the series is edited in: `build_workspace`
 imports the pinned wheel's serve tree as a commit tagged `base` and the series
 on top as one commit per patch; `export_workspace` writes base..HEAD back to
-patches/ as byte-stable `git format-patch` files and rewrites the series.
+patches/ as byte-stable `git format-patch` files and rewrites the series;
+`export_differences` says, writing nothing, what such an export would change.
 
 Every git run here is isolated (`harness.core.git`), so an export is the same
 bytes on every machine.
@@ -15,6 +16,7 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from harness.core.errors import HarnessError, listing
@@ -216,13 +218,26 @@ def _series_header(series_file: Path) -> list[str]:
 _NUMBERED = re.compile(r"^\d{4}-.*\.patch$")
 
 
-def export_workspace(
-    workspace: Path = WORKSPACE_DIR, patches_dir: Path = PATCHES_DIR
-) -> list[Path]:
-    """Write base..HEAD as patch files into patches_dir and rewrite its series."""
+@dataclass(frozen=True)
+class _Export:
+    """What an export of a workspace writes into a patches folder, worked out
+    without writing anything."""
+
+    patches: dict[str, bytes]  # file name -> content, in series order
+    stale: tuple[Path, ...]  # files in the folder that the export removes
+    series: bytes  # the series file it writes
+
+
+def _plan_export(workspace: Path, patches_dir: Path, action: str) -> _Export:
     if not workspace.is_dir():
-        raise HarnessError(f"{workspace} does not exist; run `make workspace` first.")
-    _check_workspace(workspace, "export")
+        hint = (
+            " (or `make check-patches`, which checks patches/ against a workspace it "
+            "builds from the pinned wheel)"
+            if action == "check"
+            else ""
+        )
+        raise HarnessError(f"{workspace} does not exist; run `make workspace` first{hint}.")
+    _check_workspace(workspace, action)
     base_ok = run_git(["merge-base", "--is-ancestor", BASE_TAG, "HEAD"], workspace)
     if base_ok.returncode != 0:
         raise HarnessError(
@@ -235,25 +250,76 @@ def export_workspace(
             f"{workspace} has merge commits after `{BASE_TAG}` ({listing(merges)}), which "
             f"a patch series cannot express. Nothing was exported. Rebase to a linear history."
         )
-    patches_dir.mkdir(parents=True, exist_ok=True)
     series_file = patches_dir / SERIES_FILE.name
-    old = {p for p in patches_dir.iterdir() if _NUMBERED.match(p.name)}
+    old = (
+        {p for p in patches_dir.iterdir() if _NUMBERED.match(p.name)}
+        if patches_dir.is_dir()
+        else set()
+    )
     try:
         old |= set(read_series(series_file))
     except HarnessError:
         pass  # a series naming missing files is exactly what the export rewrites
-    written: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="ray-patches-export-") as tmp:
-        for fresh in _format_patches(workspace, Path(tmp)):
-            target = patches_dir / fresh.name
-            # Unchanged files keep their mtime, so make and editors see no change.
-            if not target.is_file() or target.read_bytes() != fresh.read_bytes():
-                shutil.copyfile(fresh, target)
-            written.append(target)
-    for stale in sorted(old - set(written)):
+        patches = {p.name: p.read_bytes() for p in _format_patches(workspace, Path(tmp))}
+    lines = _series_header(series_file) + list(patches)
+    return _Export(
+        patches=patches,
+        stale=tuple(sorted(p for p in old if p.name not in patches)),
+        series=("\n".join(lines) + "\n" if lines else "").encode(),
+    )
+
+
+def export_workspace(
+    workspace: Path = WORKSPACE_DIR, patches_dir: Path = PATCHES_DIR
+) -> list[Path]:
+    """Write base..HEAD as patch files into patches_dir and rewrite its series."""
+    plan = _plan_export(workspace, patches_dir, "export")
+    patches_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for name, content in plan.patches.items():
+        target = patches_dir / name
+        # Unchanged files keep their mtime, so make and editors see no change.
+        if not target.is_file() or target.read_bytes() != content:
+            target.write_bytes(content)
+        written.append(target)
+    for stale in plan.stale:
         stale.unlink(missing_ok=True)
-    lines = _series_header(series_file) + [p.name for p in written]
+    series_file = patches_dir / SERIES_FILE.name
     tmp_series = series_file.with_name(series_file.name + _TMP_SUFFIX)
-    tmp_series.write_text("\n".join(lines) + "\n" if lines else "")
+    tmp_series.write_bytes(plan.series)
     os.replace(tmp_series, series_file)
     return written
+
+
+def export_differences(
+    workspace: Path = WORKSPACE_DIR, patches_dir: Path = PATCHES_DIR
+) -> list[str]:
+    """The files in patches_dir that `export_workspace(workspace, patches_dir)`
+    would write, rewrite or remove, each with why; empty when an export would
+    change nothing. Writes nothing (the export is made in a temporary folder)."""
+    plan = _plan_export(workspace, patches_dir, "check")
+    found = []
+    for name, content in plan.patches.items():
+        target = patches_dir / name
+        if not target.is_file():
+            found.append(f"{name} (missing)")
+        elif target.read_bytes() != content:
+            found.append(f"{name} (differs)")
+    found += [f"{p.name} (not in the export)" for p in plan.stale if p.exists()]
+    series_file = patches_dir / SERIES_FILE.name
+    if not series_file.is_file() or series_file.read_bytes() != plan.series:
+        found.append(f"{series_file.name} (differs)")
+    return found
+
+
+def fresh_export_differences(
+    wheel: Path, patches: list[Path], patches_dir: Path = PATCHES_DIR
+) -> list[str]:
+    """`export_differences` for a workspace built from `wheel` and `patches`
+    in a temporary folder: whether the committed patch files are exactly what
+    an export writes, on a clean clone with no build/ray-src."""
+    with tempfile.TemporaryDirectory(prefix="ray-patches-check-") as tmp:
+        workspace = Path(tmp) / "ray-src"
+        build_workspace(wheel, patches, workspace)
+        return export_differences(workspace, patches_dir)

@@ -18,7 +18,7 @@ from pinned_tree import COMMIT, RELEASE, REPLICA, ROUTER, isolate_git
 
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
-from harness.core.pin import RayRelease
+from harness.core.pin import RayRelease, read_series
 from harness.patches import journal, patch_files
 from harness.patches.checkout import apply_to_checkout
 from harness.patches.installed import (
@@ -26,7 +26,12 @@ from harness.patches.installed import (
     revert_site_packages,
     status_site_packages,
 )
-from harness.patches.workspace import build_workspace, export_workspace
+from harness.patches.workspace import (
+    build_workspace,
+    export_differences,
+    export_workspace,
+    fresh_export_differences,
+)
 
 CREATED_TEST = "ray/serve/tests/unit/test_drain.py"
 
@@ -606,3 +611,111 @@ def test_export_replaces_old_patch_files_and_keeps_series_header(tmp_path: Path)
     assert {p.name for p in patches_dir.iterdir()} == {"PIN", written.name, "series"}
     assert (patches_dir / "series").read_text() == f"# Applied in order.\n{written.name}\n"
     assert written.name == "0001-Serve-Drain-replicas-in-two-phases.patch"
+
+
+# ------------------------------------------------------------ export check
+
+
+def tree_state(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file's bytes and mtime: a check that writes nothing keeps both."""
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(the wheel, a workspace with three commits, the patches folder its export wrote)."""
+    wheel = fake_wheel(tmp_path / "ray-2.60.0-py3-none-any.whl")
+    ws = tmp_path / "ws"
+    build_workspace(wheel, [], ws)
+    edit_in_workspace(ws)
+    patches_dir = tmp_path / "patches"
+    write_files(patches_dir, {"PIN": "[ray]\n", "series": "# Applied in order.\n"})
+    export_workspace(ws, patches_dir)
+    return wheel, ws, patches_dir
+
+
+def test_export_check_of_an_exported_workspace_finds_nothing(exported) -> None:
+    wheel, ws, patches_dir = exported
+    before = tree_state(patches_dir)
+    assert export_differences(ws, patches_dir) == []
+    assert fresh_export_differences(wheel, read_series(patches_dir / "series"), patches_dir) == []
+    assert tree_state(patches_dir) == before
+
+
+def test_export_check_names_every_file_an_export_would_change(exported) -> None:
+    _, ws, patches_dir = exported
+    first, second, third = read_series(patches_dir / "series")
+    commit(ws, "[Serve] A fourth change\n", {ROUTER: "class Router:\n    pass\n"})
+    first.write_bytes(first.read_bytes().replace(b"Stop routing first", b"Stop routing"))
+    stray = patches_dir / "0009-Serve-Stray.patch"
+    stray.write_text("stray\n")
+    before = tree_state(patches_dir)
+    differences = export_differences(ws, patches_dir)
+    assert differences == [
+        f"{first.name} (differs)",
+        "0004-Serve-A-fourth-change.patch (missing)",
+        f"{stray.name} (not in the export)",
+        "series (differs)",
+    ]
+    assert second.name not in " ".join(differences) and third.name not in " ".join(differences)
+    assert tree_state(patches_dir) == before
+
+
+def test_fresh_export_check_catches_a_patch_the_export_would_not_write(exported) -> None:
+    wheel, _, patches_dir = exported
+    series = read_series(patches_dir / "series")
+    # A signature is what `git format-patch` adds and the export leaves out
+    # (--no-signature): git am ignores it, so only the bytes tell.
+    series[1].write_bytes(series[1].read_bytes() + b"-- \n2.39.2\n\n")
+    before = tree_state(patches_dir)
+    assert fresh_export_differences(wheel, series, patches_dir) == [f"{series[1].name} (differs)"]
+    assert tree_state(patches_dir) == before
+
+
+def _export_check(monkeypatch, patches_dir: Path, ws: Path, wheel: Path, *flags: str) -> int:
+    """`python -m harness patches export --check [--fresh]` on these folders."""
+    import harness.cli as cli
+    import harness.core.paths
+    import harness.core.pin
+    import harness.core.wheels
+
+    monkeypatch.setattr(harness.core.paths, "PATCHES_DIR", patches_dir)
+    monkeypatch.setattr(harness.core.paths, "WORKSPACE_DIR", ws)
+    monkeypatch.setattr(
+        harness.core.pin, "read_series", lambda: read_series(patches_dir / "series")
+    )
+    monkeypatch.setattr(harness.core.wheels, "ensure_wheelhouse", lambda release: wheel.parent)
+    monkeypatch.setattr(harness.core.wheels, "verify_ray_wheel", lambda house, release: wheel)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        return cli.main(["patches", "export", "--check", *flags])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.parametrize("flags", [(), ("--fresh",)])
+def test_export_check_exit_codes(monkeypatch, capsys, exported, flags) -> None:
+    wheel, ws, patches_dir = exported
+    assert _export_check(monkeypatch, patches_dir, ws, wheel, *flags) == 0
+    assert "is exactly what an export" in capsys.readouterr().out
+    # Comments after the first patch are not kept by an export.
+    series = patches_dir / "series"
+    series.write_text(series.read_text() + "# a note the export drops\n")
+    assert _export_check(monkeypatch, patches_dir, ws, wheel, *flags) == 1
+    err = capsys.readouterr().err
+    assert "series (differs)" in err and "Nothing was written" in err
+
+
+def test_export_check_without_a_workspace_is_2(monkeypatch, capsys, exported, tmp_path) -> None:
+    wheel, _, patches_dir = exported
+    before = tree_state(patches_dir)
+    assert _export_check(monkeypatch, patches_dir, tmp_path / "no-ws", wheel) == 2
+    assert "run `make workspace` first" in capsys.readouterr().err
+    # With --fresh no workspace is needed: it builds its own from the wheel.
+    assert _export_check(monkeypatch, patches_dir, tmp_path / "no-ws", wheel, "--fresh") == 0
+    assert not (tmp_path / "no-ws").exists()
+    assert tree_state(patches_dir) == before
