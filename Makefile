@@ -5,8 +5,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 HARNESS := $(PY) -m harness
-# The venv's site-packages, where apply-patches installs the patches' own tests.
-SITE = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# The venv's site-packages, where apply-patches installs the patches' own tests:
+# asked of the harness, so it is the folder apply-patches wrote to.
+SITE = $(shell $(PY) -c 'from harness.core.venv import site_packages; print(site_packages())')
 PATCH_TESTS = $(SITE)/ray/serve/tests/unit
 
 # GNU make exits 2 whenever a recipe fails, whatever code the recipe exited with: its
@@ -21,7 +22,7 @@ harness_rc = || { rc=$$?; case $$rc in 1) what='the verdict failed';; 2) what='b
 harness_run = echo "$(subst ",\",$(1))"; $(1) $(call harness_rc,$(1))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apply-patches revert-patches patch-status workspace export-patches \
+.PHONY: help setup apply-patches revert-patches patch-status workspace export-patches check-patches \
         images up down status bench-load bench-health bench-membership bench-keepalive soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
 
 help: ## list the targets
@@ -45,8 +46,11 @@ patch-status: $(PY) ## which patches are applied, and which patched files were e
 workspace: $(PY) ## build/ray-src: the pinned serve tree plus one commit per patch, to edit with git
 	@$(call harness_run,$(HARNESS) patches workspace)
 
-export-patches: $(PY) ## write build/ray-src's commits back to patches/ and patches/series
-	@$(call harness_run,$(HARNESS) patches export)
+export-patches: $(PY) ## write build/ray-src's commits back to patches/ and patches/series; CHECK=1: write nothing, fail naming the files it would change
+	@$(call harness_run,$(HARNESS) patches export $(if $(CHECK),--check))
+
+check-patches: $(PY) ## fail unless patches/ is exactly what an export writes, from a workspace built afresh from the pinned wheel (needs no build/ray-src; for CI)
+	@$(call harness_run,$(HARNESS) patches export --check --fresh)
 
 .PHONY: pr-branches pr-body rebase-check
 pr-branches: $(PY) ## one stacked, tested branch per patch on a Ray checkout at the pin: make pr-branches RAY_SRC=path [FORCE=1]

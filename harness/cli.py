@@ -11,15 +11,6 @@ import time
 from pathlib import Path
 
 
-def _site_packages(venv: Path) -> Path:
-    found = sorted(venv.glob("lib/python3*/site-packages"))
-    if not found:
-        from harness.core.errors import HarnessError
-
-        raise HarnessError(f"no virtualenv at {venv}; run `make setup` first.")
-    return found[0]
-
-
 def cmd_wheelhouse(args) -> None:
     from harness.core import wheels
     from harness.core.pin import load_pin
@@ -32,16 +23,15 @@ def cmd_wheelhouse(args) -> None:
 def cmd_setup(args) -> None:
     """Create .venv: the pinned Ray installed offline from the verified
     wheelhouse first, then the project's own requirements."""
-    import subprocess
-
-    from harness.core import wheels
+    from harness.core import proc, wheels
     from harness.core.errors import HarnessError
     from harness.core.paths import ROOT, VENV_DIR
     from harness.core.pin import load_pin
+    from harness.core.venv import python_in
 
     release = load_pin().ray
     house = wheels.ensure_wheelhouse(release)
-    python = VENV_DIR / "bin" / "python"
+    python = python_in(VENV_DIR)
     steps = [
         ([sys.executable, "-m", "venv", str(VENV_DIR)], not python.exists()),
         (
@@ -64,7 +54,8 @@ def cmd_setup(args) -> None:
         ),
     ]
     for cmd, needed in steps:
-        if needed and subprocess.run(cmd).returncode != 0:
+        # pip's own output goes to the terminal: an install takes a while.
+        if needed and proc.run(cmd, capture=False).returncode != 0:
             raise HarnessError(
                 f"`{' '.join(cmd)}` failed (see above). The venv at {VENV_DIR} "
                 f"may be incomplete; run `make setup` again to finish it."
@@ -73,10 +64,16 @@ def cmd_setup(args) -> None:
 
 
 def cmd_patches(args) -> None:
+    from harness.core.errors import HarnessError
     from harness.core.paths import PATCHES_DIR, VENV_DIR, WORKSPACE_DIR
     from harness.core.pin import load_pin, read_series
-    from harness.patches import patchset
+    from harness.core.venv import site_packages
+    from harness.patches import checkout, installed, workspace
 
+    if args.check and args.action != "export":
+        raise HarnessError(f"--check goes with `patches export`, not `patches {args.action}`.")
+    if args.fresh and not args.check:
+        raise HarnessError("--fresh goes with `patches export --check`.")
     pin = load_pin()
     site = Path(args.site_packages) if args.site_packages else None
     ray_src = os.environ.get("RAY_SRC")
@@ -85,28 +82,66 @@ def cmd_patches(args) -> None:
 
         # The pinned wheel is what a stand-in checkout is recognised by.
         wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
-        print(patchset.apply_to_checkout(Path(ray_src), read_series(), pin.ray, wheel).format())
+        print(checkout.apply_to_checkout(Path(ray_src), read_series(), pin.ray, wheel).format())
     elif args.action == "apply":
-        result = patchset.apply_to_site_packages(
-            site or _site_packages(VENV_DIR), read_series(), pin.ray
+        result = installed.apply_to_site_packages(
+            site or site_packages(VENV_DIR), read_series(), pin.ray
         )
         print(result.format())
     elif args.action == "revert":
         # It prints its own summary; the list of restored files is for callers.
-        patchset.revert_site_packages(site or _site_packages(VENV_DIR), force=args.force)
+        installed.revert_site_packages(site or site_packages(VENV_DIR), force=args.force)
     elif args.action == "status":
         print(
-            patchset.status_site_packages(site or _site_packages(VENV_DIR), read_series()).format()
+            installed.status_site_packages(site or site_packages(VENV_DIR), read_series()).format()
         )
     elif args.action == "workspace":
         from harness.core import wheels
 
         wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
-        patchset.build_workspace(wheel, read_series(), WORKSPACE_DIR)
+        workspace.build_workspace(wheel, read_series(), WORKSPACE_DIR)
         print(f"workspace ready: {WORKSPACE_DIR} (one commit per patch on top of `base`)")
+    elif args.action == "export" and args.check:
+        _check_export(args.fresh)
     elif args.action == "export":
-        for path in patchset.export_workspace(WORKSPACE_DIR, PATCHES_DIR):
+        for path in workspace.export_workspace(WORKSPACE_DIR, PATCHES_DIR):
             print(f"wrote {path.relative_to(PATCHES_DIR.parent)}")
+
+
+def _check_export(fresh: bool) -> None:
+    """`patches export --check`: exit 1 naming the files when patches/ is not
+    exactly what an export writes; nothing is written."""
+    from harness.core.errors import VerdictFailed, listing
+    from harness.core.paths import PATCHES_DIR, WORKSPACE_DIR
+    from harness.core.pin import load_pin, read_series
+    from harness.patches import workspace
+
+    if fresh:
+        from harness.core import wheels
+
+        pin = load_pin()
+        wheel = wheels.verify_ray_wheel(wheels.ensure_wheelhouse(pin.ray), pin.ray)
+        source = f"a workspace built from {wheel.name} and patches/series"
+        differences = workspace.fresh_export_differences(wheel, read_series(), PATCHES_DIR)
+        fix = (
+            "The committed patch files are not what the export writes (edited by hand, or "
+            "written by another tool): run `make workspace` and `make export-patches`, then "
+            "commit the result."
+        )
+    else:
+        source = str(WORKSPACE_DIR)
+        differences = workspace.export_differences(WORKSPACE_DIR, PATCHES_DIR)
+        fix = (
+            "If the workspace holds the newer work, run `make export-patches` to write it "
+            "to patches/; if patches/ does (a pull, an edit), run `make workspace` to "
+            "rebuild the workspace from it."
+        )
+    if differences:
+        raise VerdictFailed(
+            f"patches/ differs from what an export of {source} writes: "
+            f"{listing(differences)}. Nothing was written. {fix}"
+        )
+    print(f"patches: patches/ is exactly what an export of {source} writes; nothing was written")
 
 
 def cmd_images(args) -> None:
@@ -313,7 +348,7 @@ def cmd_upstream(args) -> None:
     from harness.core import wheels
     from harness.core.errors import HarnessError, VerdictFailed
     from harness.core.pin import load_pin, read_series
-    from harness.patches.patchset import SERVE
+    from harness.patches.patch_files import SERVE
     from harness.upstream import branches, prbody, rebase, testenv
 
     pin = load_pin()
@@ -427,6 +462,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["apply", "revert", "status", "workspace", "export"])
     p.add_argument("--site-packages", help="default: the project's .venv")
     p.add_argument("--force", action="store_true", help="revert even over hand edits")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="export: write nothing; exit 1 naming the files if patches/ differs from "
+        "what the export would write, 0 if not",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="export --check: export a workspace built in a temporary folder from the "
+        "pinned wheel and the series, not build/ray-src (a clean clone, CI)",
+    )
     p.set_defaults(func=cmd_patches)
 
     p = sub.add_parser("images", help="build the node images (only what changed)")

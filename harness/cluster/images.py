@@ -16,17 +16,17 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cluster import engine
-from harness.core import wheels
+from harness.core import proc, wheels
 from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, DOCKER_DIR
 from harness.core.pin import Pin, load_pin, read_series
-from harness.patches import patchset
+from harness.patches.installed import apply_to_site_packages
+from harness.patches.workspace import extract_from_wheel
 
 SUITE = "bookworm"
 # Same list on both paths (pulled slim image or debootstrap): what `ray start`
@@ -158,11 +158,11 @@ def _bootstrap_base(tag: str) -> None:
             str(rootfs),
             mirror,
         ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        debootstrap = proc.start(cmd, merge_stderr=True, text=True)
         last: list[str] = []
         phases_seen: set[str] = set()
         started = time.monotonic()
-        for line in proc.stdout:
+        for line in debootstrap.stdout:
             last = (last + [line])[-30:]
             # Progress: the first line of each debootstrap phase (Retrieving,
             # Extracting, Installing, Configuring, ...), not one per package.
@@ -173,7 +173,7 @@ def _bootstrap_base(tag: str) -> None:
                     f"base: debootstrap {line[3:].strip()} ({time.monotonic() - started:.0f}s)",
                     flush=True,
                 )
-        if proc.wait() != 0:
+        if debootstrap.wait() != 0:
             raise HarnessError(
                 "debootstrap failed:\n"
                 + "".join(last)
@@ -181,7 +181,7 @@ def _bootstrap_base(tag: str) -> None:
             )
         # The image should not carry apt lists or caches from the bootstrap.
         shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        tar = proc.start(["tar", "-C", rootfs, "-c", "."])
         engine.import_rootfs(tar.stdout, tag)
         if tar.wait() != 0:
             raise HarnessError(f"tar of {rootfs} failed; no usable base image was made.")
@@ -197,7 +197,7 @@ def _remove_rootfs(rootfs: Path) -> None:
     for sub in ("proc", "sys", "dev/pts", "dev"):
         mount = rootfs / sub
         if os.path.ismount(mount):
-            subprocess.run(["umount", "-l", str(mount)], check=False)
+            proc.run(["umount", "-l", mount], capture=False)
     shutil.rmtree(rootfs, ignore_errors=True)
 
 
@@ -275,8 +275,8 @@ def patched_serve_tree(wheel: Path, patches: list[Path], pin: Pin, dest: Path) -
     """The wheel's ray/serve with the series applied, by the same code and the same
     all-or-nothing checks as `make apply-patches`."""
     site = dest.parent / "site"
-    patchset.extract_from_wheel(wheel, site, ["ray/_version.py", "ray/serve/"])
-    patchset.apply_to_site_packages(site, patches, pin.ray)
+    extract_from_wheel(wheel, site, ["ray/_version.py", "ray/serve/"])
+    apply_to_site_packages(site, patches, pin.ray)
     (site / "ray" / "serve").rename(dest)
     shutil.rmtree(site)
 

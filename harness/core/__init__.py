@@ -1,1 +1,2 @@
-"""Paths, errors, the pin and the wheelhouse: what every other part stands on."""
+"""Paths, errors, the pin, the wheelhouse, venv layout and the runners for
+other programs (proc, git): what every other part stands on."""

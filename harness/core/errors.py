@@ -1,9 +1,25 @@
 """The exceptions the harness raises for what it can explain, each with the exit
-code `python -m harness` gives it (the convention is in `python -m harness --help`).
+code `python -m harness` gives it (the convention is in `python -m harness --help`),
+and `listing`, which keeps a long list in a message short.
 
 Their message says what happened, what was left untouched and what to do next;
 `python -m harness` prints it without a traceback.
 """
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# A message names this many files or commits at most, then says how many more.
+_MAX_LISTED = 20
+
+
+def listing(items: Sequence[str]) -> str:
+    """`items` for a message, comma-separated: all of them, or the first 20
+    and "and N more"."""
+    shown = ", ".join(items[:_MAX_LISTED])
+    more = len(items) - _MAX_LISTED
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 class HarnessError(Exception):

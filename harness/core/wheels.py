@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from harness.core import proc
 from harness.core.errors import HarnessError
 from harness.core.paths import WHEELHOUSE_DIR
 from harness.core.pin import RayRelease
@@ -59,10 +59,10 @@ def ensure_wheelhouse(release: RayRelease, python: str = sys.executable) -> Path
         str(partial),
         release.requirement,
     ]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = proc.run(cmd)
     if result.returncode != 0:
         raise HarnessError(
-            f"pip could not download {release.requirement}:\n{result.stderr.strip()[-2000:]}\n"
+            f"pip could not download {release.requirement}:\n{proc.output_tail(result)}\n"
             f"The partial download stays in {partial} and is reused next time. "
             f"Check that PyPI is reachable, then run the command again."
         )
@@ -96,11 +96,11 @@ def ensure_requirement_wheelhouse(requirement: str, python: str = sys.executable
     partial.mkdir(parents=True, exist_ok=True)
     print(f"wheelhouse: downloading {requirement} into {house} ...", flush=True)
     cmd = [python, "-m", "pip", "download", "--quiet", "-d", str(partial), requirement]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = proc.run(cmd)
     if result.returncode != 0:
         raise HarnessError(
             f"pip could not download {requirement}:\n"
-            f"{result.stderr.strip()[-2000:]}\nCheck that PyPI is reachable, "
+            f"{proc.output_tail(result)}\nCheck that PyPI is reachable, "
             f"then run again; {partial} is reused."
         )
     (partial / _COMPLETE).touch()

@@ -1,1 +1,2 @@
-"""The patch series: applying it to site-packages, the workspace, the mutation check."""
+"""The patch series: reading patch files, applying them to site-packages or a Ray
+checkout, the workspace they are edited in, the mutation check."""

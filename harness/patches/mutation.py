@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,8 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core import proc, venv
 from harness.core.errors import HarnessError
-from harness.patches.patchset import signals_deferred
+from harness.core.paths import VENV_DIR
+from harness.patches.journal import signals_deferred
 
 _DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
 _REPLICA = "ray/serve/_private/replica.py"
@@ -47,6 +48,9 @@ _PASSED, _TESTS_FAILED = 0, 1
 # A mutated run taking longer than this multiple of the unmutated one, plus the
 # margin, is taken to hang.
 _HANG_FACTOR, _HANG_MARGIN_S = 5, 30.0
+# How much of pytest's output an error shows: about its last 30 lines, which
+# hold the failure and the summary.
+_SHOWN_OUTPUT = 3000
 
 
 @dataclass(frozen=True)
@@ -219,17 +223,6 @@ MUTATIONS: tuple[Mutation, ...] = (
 )
 
 
-def _python_for(site_packages: Path) -> Path:
-    """The interpreter of the venv that owns `site_packages` (venv/lib/pythonX/site-packages)."""
-    python = site_packages.parents[2] / "bin" / "python"
-    if not python.exists():
-        raise HarnessError(
-            f"{site_packages} is not inside a virtualenv (no {python}). Nothing was "
-            f"changed. Pass the site-packages of the venv the series is applied to."
-        )
-    return python
-
-
 def _restore_leftovers(site_packages: Path) -> list[str]:
     """Put back originals that a killed run left beside their mutated files."""
     restored = []
@@ -283,16 +276,12 @@ def _mutated(site_packages: Path, mutation: Mutation, text: str) -> Iterator[Non
 
 def _run_pytest(
     python: Path, pytest_args: list[str], timeout_s: float | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the tests; raises subprocess.TimeoutExpired (child killed) past `timeout_s`."""
+) -> proc.CompletedProcess[str]:
+    """Run the tests; raises proc.TimeoutExpired (child killed) past `timeout_s`."""
     # No bytecode is written, so no .pyc of a mutated file outlives its mutation.
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(
-        [str(python), "-m", "pytest", *_PYTEST_FLAGS, *pytest_args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout_s,
+    return proc.run(
+        [python, "-m", "pytest", *_PYTEST_FLAGS, *pytest_args], env=env, timeout=timeout_s
     )
 
 
@@ -302,10 +291,6 @@ def _failed_tests(output: str) -> tuple[str, ...]:
         for line in output.splitlines()
         if line.startswith(("FAILED ", "ERROR "))
     )
-
-
-def _tail(result: subprocess.CompletedProcess[str], lines: int = 30) -> str:
-    return "\n".join((result.stdout + result.stderr).strip().splitlines()[-lines:])
 
 
 def run_mutations(
@@ -318,7 +303,10 @@ def run_mutations(
     errors instead of passing or failing.
     """
     site_packages = site_packages.resolve()
-    python = python or _python_for(site_packages)
+    python = python or venv.python_of(
+        site_packages,
+        "Nothing was changed. Pass the site-packages of the venv the series is applied to.",
+    )
     for path in _restore_leftovers(site_packages):
         print(f"mutation: restored {path}, left mutated by an interrupted run", flush=True)
     texts = {m.name: _source(site_packages, m) for m in MUTATIONS}
@@ -333,7 +321,7 @@ def run_mutations(
         raise HarnessError(
             f"the patch tests fail without any mutation (pytest exit "
             f"{baseline.returncode}), so a mutation run would prove nothing. Nothing "
-            f"was changed. Fix the tests first:\n{_tail(baseline)}"
+            f"was changed. Fix the tests first:\n{proc.output_tail(baseline, _SHOWN_OUTPUT)}"
         )
 
     results: list[MutationResult] = []
@@ -347,7 +335,7 @@ def run_mutations(
         with _mutated(site_packages, mutation, texts[mutation.name]):
             try:
                 result = _run_pytest(python, pytest_args, hang_after_s)
-            except subprocess.TimeoutExpired:
+            except proc.TimeoutExpired:
                 results.append(
                     MutationResult(
                         name=mutation.name,
@@ -363,7 +351,7 @@ def run_mutations(
                 f"mutation '{mutation.name}': pytest exited {result.returncode} (not a "
                 f"test failure: the mutation broke collection or the run). "
                 f"{mutation.path} was restored. Make the neutralised snippet valid "
-                f"code:\n{_tail(result)}"
+                f"code:\n{proc.output_tail(result, _SHOWN_OUTPUT)}"
             )
         results.append(
             MutationResult(
@@ -390,15 +378,6 @@ def format_table(results: list[MutationResult]) -> str:
     return "\n".join(lines)
 
 
-def _default_site_packages() -> Path:
-    from harness.core.paths import VENV_DIR
-
-    found = sorted(VENV_DIR.glob("lib/python3*/site-packages"))
-    if not found:
-        raise HarnessError(f"no virtualenv at {VENV_DIR}; pass --site-packages.")
-    return found[0]
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m harness.patches.mutation",
@@ -417,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     try:
-        site = args.site_packages or _default_site_packages()
+        site = args.site_packages or venv.site_packages(VENV_DIR, fix="pass --site-packages")
         tests = sorted(str(p) for p in (site / _PATCH_TESTS).glob(_PUSH_HEALTH_TESTS))
         if not args.pytest_args and not tests:
             raise HarnessError(

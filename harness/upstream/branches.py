@@ -3,7 +3,7 @@ message, the branch name made from its subject, `pr-branches` (branch k is
 branch k-1 plus patch k, each tested), and the stand-in for a Ray checkout at
 the pin that `python -m harness upstream standin` builds from the wheel.
 
-Applying and reading patches is `harness.patches.patchset`'s; this module only
+Applying and reading patches belong to `harness.patches`; this module only
 arranges those steps per patch and reports on them.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,24 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, listing
+from harness.core.git import git_output, run_git
 from harness.core.paths import BUILD_DIR
 from harness.core.pin import RayRelease
-from harness.patches.patchset import (
-    SERVE,
-    apply_to_checkout,
-    at_the_pin,
-    build_workspace,
-    checkout_top,
-    extract_from_wheel,
-    git_env,
-    git_output,
-    listing,
-    output_tail,
-    patch_paths,
-    refuse_dirty,
-    run_git,
-)
+from harness.core.proc import output_tail
+from harness.patches.checkout import apply_to_checkout, at_the_pin, checkout_top, refuse_dirty
+from harness.patches.patch_files import SERVE, patch_paths
+from harness.patches.workspace import build_workspace, extract_from_wheel
 from harness.upstream.testenv import PatchTests, TestEnv, run_patch_tests
 
 STANDIN_DIR = BUILD_DIR / "ray-standin"
@@ -63,20 +52,14 @@ def patch_message(patch: Path) -> tuple[str, str]:
     with tempfile.TemporaryDirectory(prefix="ray-mailinfo-") as tmp:
         msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
         with patch.open("rb") as mbox:
-            result = subprocess.run(
-                ["git", "mailinfo", "-k", str(msg), str(diff)],
-                stdin=mbox,
-                capture_output=True,
-                env=git_env(isolated=True),
-                cwd=tmp,
-            )
+            result = run_git(["mailinfo", "-k", msg, diff], Path(tmp), stdin=mbox)
         if result.returncode != 0:
             raise HarnessError(
                 f"git cannot read {patch.name} as a patch mail "
-                f"({result.stderr.decode(errors='replace').strip()}). Regenerate it with "
+                f"({result.stderr.strip()}). Regenerate it with "
                 f"`make workspace` and `make export-patches`."
             )
-        headers = result.stdout.decode("utf-8", errors="replace")
+        headers = result.stdout
         subject = next(
             (
                 line[len("Subject: ") :]
@@ -203,13 +186,11 @@ def _update_refs(repo: Path, updates: Sequence[tuple[str, str, str | None]]) -> 
         else f"update refs/heads/{name} {new} {old}"
         for name, new, old in updates
     ]
-    result = subprocess.run(
-        ["git", "update-ref", "-m", "pr-branches", "--stdin"],
+    result = run_git(
+        ["update-ref", "-m", "pr-branches", "--stdin"],
+        repo,
+        isolated=False,
         input="\n".join(lines) + "\n",
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=git_env(isolated=False),
     )
     if result.returncode != 0:
         raise HarnessError(

@@ -13,7 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.patches.patchset import SERVE, extract_from_wheel, git_output, output_tail, run_git
+from harness.core.git import git_output, run_git
+from harness.core.proc import output_tail
+from harness.patches.patch_files import SERVE
+from harness.patches.workspace import extract_from_wheel
 from harness.upstream.branches import patch_number, progress
 from harness.upstream.testenv import PatchTests, TestEnv, run_patch_tests
 

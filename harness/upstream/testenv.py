@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,11 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from harness.core import proc
 from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, ROOT
 from harness.core.pin import RayRelease, check_installed
+from harness.core.proc import output_tail
+from harness.core.venv import python_in, site_packages
 from harness.core.wheels import ensure_requirement_wheelhouse
-from harness.patches.patchset import output_tail, patch_paths
+from harness.patches.patch_files import patch_paths
 
 TEST_VENVS_DIR = BUILD_DIR / "test-venvs"
 _COMPLETE = ".complete"
@@ -77,10 +79,7 @@ def _pytest_requirement() -> str:
 
 
 def _env_of(venv: Path) -> TestEnv:
-    sites = sorted(venv.glob("lib/python3*/site-packages"))
-    if not sites:
-        raise HarnessError(f"{venv} has no site-packages; remove it and run again.")
-    return TestEnv(venv / "bin" / "python", sites[0])
+    return TestEnv(python_in(venv), site_packages(venv, fix="remove it and run again"))
 
 
 def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
@@ -124,7 +123,7 @@ def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
             ],
         ]
         for cmd in steps:
-            result = subprocess.run(cmd, capture_output=True, text=True)
+            result = proc.run(cmd)
             if result.returncode != 0:
                 raise HarnessError(
                     f"`{' '.join(cmd)}` failed:\n{output_tail(result)}\nNothing "
@@ -266,16 +265,8 @@ def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Pat
             *tests,
         ]
         try:
-            result = subprocess.run(
-                cmd,
-                cwd=root,
-                env=run_env,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=_TEST_TIMEOUT_S,
-            )
-        except subprocess.TimeoutExpired as exc:
+            result = proc.run(cmd, cwd=root, env=run_env, timeout=_TEST_TIMEOUT_S)
+        except proc.TimeoutExpired as exc:
             return TestRun(
                 _junit_counts(report),
                 -1,

@@ -95,3 +95,20 @@ def test_every_harness_run_in_the_makefile_reports_its_code() -> None:
     assert len(runs) >= 15
     for line in runs:
         assert "$(call harness_run," in line or "$(call harness_rc," in line, line
+
+
+def test_export_check_without_a_workspace_through_make(monkeypatch, tmp_path: Path) -> None:
+    # An empty build folder: there is no workspace to check, whatever this machine has.
+    monkeypatch.setenv("HARNESS_BUILD_DIR", str(tmp_path))
+    run = _make("export-patches", "CHECK=1")
+    assert run.returncode == 2, run.stderr
+    assert f"{tmp_path / 'ray-src'} does not exist; run `make workspace` first" in run.stderr
+    assert "make export-patches: the harness exited 2 (bad usage or input)" in run.stderr
+    assert "-m harness patches export --check" in run.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_lists_the_patch_checks() -> None:
+    listed = _make("help").stdout
+    assert "CHECK=1" in listed
+    assert re.search(r"^check-patches\s+fail unless patches/", listed, re.M)

@@ -1,4 +1,5 @@
-"""Unit tests for harness.patches.patchset: small fake site-packages trees, small git
+"""Unit tests for harness.patches (the site-packages apply and its journal, the
+Ray checkout, the workspace and its export): small fake site-packages trees, small git
 repos and a tiny fake wheel, all under tmp_path. No network, no docker."""
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ from pinned_tree import COMMIT, RELEASE, REPLICA, ROUTER, isolate_git
 
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
-from harness.core.pin import RayRelease
-from harness.patches import patchset
-from harness.patches.patchset import (
-    apply_to_checkout,
+from harness.core.pin import RayRelease, read_series
+from harness.patches import journal, patch_files
+from harness.patches.checkout import apply_to_checkout
+from harness.patches.installed import (
     apply_to_site_packages,
-    build_workspace,
-    export_workspace,
     revert_site_packages,
     status_site_packages,
+)
+from harness.patches.workspace import (
+    build_workspace,
+    export_differences,
+    export_workspace,
+    fresh_export_differences,
 )
 
 CREATED_TEST = "ray/serve/tests/unit/test_drain.py"
@@ -273,10 +278,10 @@ def test_empty_series_is_recorded(tmp_path: Path) -> None:
 _KILL_DURING_COMMIT = """
 import os, sys
 from pathlib import Path
-from harness.patches import patchset
+from harness.patches import installed, journal
 from harness.core.pin import RayRelease
 
-real_put, calls = patchset._put_file, []
+real_put, calls = journal._put_file, []
 
 def dying_put(site, rel, source):
     calls.append(rel)
@@ -284,10 +289,10 @@ def dying_put(site, rel, source):
         os._exit(9)  # a kill: no handler, no finally, no rollback
     real_put(site, rel, source)
 
-patchset._put_file = dying_put
+journal._put_file = dying_put
 site, *patches = map(Path, sys.argv[1:])
 release = RayRelease(version="2.60.0", wheel="ray.whl", sha256="0" * 64, commit=%r)
-patchset.apply_to_site_packages(site, patches, release)
+installed.apply_to_site_packages(site, patches, release)
 """
 
 
@@ -317,7 +322,7 @@ def test_failed_write_is_rolled_back_at_once(
 ) -> None:
     site = fake_site(tmp_path / "site")
     before = tree_hash(site)
-    real_put = patchset._put_file
+    real_put = journal._put_file
     calls = []
 
     def failing_put(site_: Path, rel: str, source: Path) -> None:
@@ -326,7 +331,7 @@ def test_failed_write_is_rolled_back_at_once(
             raise OSError(28, "No space left on device")
         real_put(site_, rel, source)
 
-    monkeypatch.setattr(patchset, "_put_file", failing_put)
+    monkeypatch.setattr(journal, "_put_file", failing_put)
     with pytest.raises(HarnessError, match="put back"):
         apply_to_site_packages(site, series[:2], RELEASE)
     assert tree_hash(site) == before
@@ -335,14 +340,14 @@ def test_failed_write_is_rolled_back_at_once(
 def test_sigint_is_deferred_during_commit() -> None:
     reached_end = False
     with pytest.raises(KeyboardInterrupt):
-        with patchset.signals_deferred():
+        with journal.signals_deferred():
             os.kill(os.getpid(), signal.SIGINT)
             reached_end = True
     assert reached_end
 
 
 def test_patch_paths_strip_to_site_packages(series: list[Path]) -> None:
-    assert patchset.patch_paths(series[0]) == [REPLICA, CREATED_TEST]
+    assert patch_files.patch_paths(series[0]) == [REPLICA, CREATED_TEST]
 
 
 # ---------------------------------------------------------------- checkout
@@ -606,3 +611,111 @@ def test_export_replaces_old_patch_files_and_keeps_series_header(tmp_path: Path)
     assert {p.name for p in patches_dir.iterdir()} == {"PIN", written.name, "series"}
     assert (patches_dir / "series").read_text() == f"# Applied in order.\n{written.name}\n"
     assert written.name == "0001-Serve-Drain-replicas-in-two-phases.patch"
+
+
+# ------------------------------------------------------------ export check
+
+
+def tree_state(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file's bytes and mtime: a check that writes nothing keeps both."""
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(the wheel, a workspace with three commits, the patches folder its export wrote)."""
+    wheel = fake_wheel(tmp_path / "ray-2.60.0-py3-none-any.whl")
+    ws = tmp_path / "ws"
+    build_workspace(wheel, [], ws)
+    edit_in_workspace(ws)
+    patches_dir = tmp_path / "patches"
+    write_files(patches_dir, {"PIN": "[ray]\n", "series": "# Applied in order.\n"})
+    export_workspace(ws, patches_dir)
+    return wheel, ws, patches_dir
+
+
+def test_export_check_of_an_exported_workspace_finds_nothing(exported) -> None:
+    wheel, ws, patches_dir = exported
+    before = tree_state(patches_dir)
+    assert export_differences(ws, patches_dir) == []
+    assert fresh_export_differences(wheel, read_series(patches_dir / "series"), patches_dir) == []
+    assert tree_state(patches_dir) == before
+
+
+def test_export_check_names_every_file_an_export_would_change(exported) -> None:
+    _, ws, patches_dir = exported
+    first, second, third = read_series(patches_dir / "series")
+    commit(ws, "[Serve] A fourth change\n", {ROUTER: "class Router:\n    pass\n"})
+    first.write_bytes(first.read_bytes().replace(b"Stop routing first", b"Stop routing"))
+    stray = patches_dir / "0009-Serve-Stray.patch"
+    stray.write_text("stray\n")
+    before = tree_state(patches_dir)
+    differences = export_differences(ws, patches_dir)
+    assert differences == [
+        f"{first.name} (differs)",
+        "0004-Serve-A-fourth-change.patch (missing)",
+        f"{stray.name} (not in the export)",
+        "series (differs)",
+    ]
+    assert second.name not in " ".join(differences) and third.name not in " ".join(differences)
+    assert tree_state(patches_dir) == before
+
+
+def test_fresh_export_check_catches_a_patch_the_export_would_not_write(exported) -> None:
+    wheel, _, patches_dir = exported
+    series = read_series(patches_dir / "series")
+    # A signature is what `git format-patch` adds and the export leaves out
+    # (--no-signature): git am ignores it, so only the bytes tell.
+    series[1].write_bytes(series[1].read_bytes() + b"-- \n2.39.2\n\n")
+    before = tree_state(patches_dir)
+    assert fresh_export_differences(wheel, series, patches_dir) == [f"{series[1].name} (differs)"]
+    assert tree_state(patches_dir) == before
+
+
+def _export_check(monkeypatch, patches_dir: Path, ws: Path, wheel: Path, *flags: str) -> int:
+    """`python -m harness patches export --check [--fresh]` on these folders."""
+    import harness.cli as cli
+    import harness.core.paths
+    import harness.core.pin
+    import harness.core.wheels
+
+    monkeypatch.setattr(harness.core.paths, "PATCHES_DIR", patches_dir)
+    monkeypatch.setattr(harness.core.paths, "WORKSPACE_DIR", ws)
+    monkeypatch.setattr(
+        harness.core.pin, "read_series", lambda: read_series(patches_dir / "series")
+    )
+    monkeypatch.setattr(harness.core.wheels, "ensure_wheelhouse", lambda release: wheel.parent)
+    monkeypatch.setattr(harness.core.wheels, "verify_ray_wheel", lambda house, release: wheel)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        return cli.main(["patches", "export", "--check", *flags])
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.parametrize("flags", [(), ("--fresh",)])
+def test_export_check_exit_codes(monkeypatch, capsys, exported, flags) -> None:
+    wheel, ws, patches_dir = exported
+    assert _export_check(monkeypatch, patches_dir, ws, wheel, *flags) == 0
+    assert "is exactly what an export" in capsys.readouterr().out
+    # Comments after the first patch are not kept by an export.
+    series = patches_dir / "series"
+    series.write_text(series.read_text() + "# a note the export drops\n")
+    assert _export_check(monkeypatch, patches_dir, ws, wheel, *flags) == 1
+    err = capsys.readouterr().err
+    assert "series (differs)" in err and "Nothing was written" in err
+
+
+def test_export_check_without_a_workspace_is_2(monkeypatch, capsys, exported, tmp_path) -> None:
+    wheel, _, patches_dir = exported
+    before = tree_state(patches_dir)
+    assert _export_check(monkeypatch, patches_dir, tmp_path / "no-ws", wheel) == 2
+    assert "run `make workspace` first" in capsys.readouterr().err
+    # With --fresh no workspace is needed: it builds its own from the wheel.
+    assert _export_check(monkeypatch, patches_dir, tmp_path / "no-ws", wheel, "--fresh") == 0
+    assert not (tmp_path / "no-ws").exists()
+    assert tree_state(patches_dir) == before

@@ -20,7 +20,8 @@ from harness.core.pin import RayRelease, read_series
 from harness.experiment.checker import check
 from harness.experiment.history import History, Request
 from harness.experiment.report import write_report
-from harness.patches.patchset import at_the_pin, export_workspace
+from harness.patches.checkout import at_the_pin
+from harness.patches.workspace import export_workspace
 from harness.upstream import prbody
 from harness.upstream.branches import (
     branch_name,
