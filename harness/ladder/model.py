@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.core.errors import HarnessError
+from harness.ladder.notice import SpotNotice
 
 # serve/_private/constants.py:1086. A constant, not an env var: it is the whole
 # budget a request admitted at the end of the drain window gets under the floor.
@@ -225,11 +226,7 @@ class Ladder:
     # -------------------------------------------------- what the scenarios use
 
     @property
-    def notice(self):
-        from harness.experiment.nemesis import (
-            SpotNotice,  # nemesis needs docker; the checker does not
-        )
-
+    def notice(self) -> SpotNotice:
         return SpotNotice(self.notice_s, self.detection_s, self.drain_deadline_s)
 
     def scaled(self, factor: float) -> Ladder:
