@@ -28,12 +28,11 @@ from harness.cluster.cluster import Cluster, ClusterConfig
 from harness.core import paths
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
-from harness.experiment.history import History
+from harness.experiment.history import History, clear_histories, history_name
 from harness.experiment.load import LoadSpec, Mix, open_loop
 from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
 from harness.ladder.notice import SpotNotice
-from harness.scenarios.base import clear_histories, history_name
 
 RESULTS_DIR = paths.RESULTS_DIR / "soak"
 

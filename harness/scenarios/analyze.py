@@ -13,15 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.experiment.history import History
+from harness.experiment.history import HISTORY_GLOB, History
 from harness.scenarios import SCENARIOS
-from harness.scenarios.base import (
-    HISTORY_GLOB,
-    ImageRun,
-    Scenario,
-    ScenarioOutcome,
-    judge_runs,
-)
+from harness.scenarios.base import ImageRun, Scenario, ScenarioOutcome, judge_runs
 
 ANALYSIS_DIR = "analysis"  # where a re-judged report goes, beside the histories
 

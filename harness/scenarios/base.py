@@ -31,9 +31,9 @@ from harness.cluster.cluster import Cluster, Node
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
-from harness.experiment.history import History
+from harness.experiment.configs import DYNAMIC_MEMBERSHIP
+from harness.experiment.history import History, clear_histories, history_name
 
-HISTORY_GLOB = "history-*.jsonl*"  # gzipped ones too
 LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log
 
 
@@ -73,7 +73,7 @@ def stock_and_patched() -> list[images.ImageSpec]:
 # The patched image's configurations in the HAProxy scenarios, by the suffix
 # of a run's label: as configured, and with dynamic membership (the head's
 # HAProxy follows replica changes without a reload).
-PATCHED_CONFIGS = {"": {}, "dynamic membership": {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1"}}
+PATCHED_CONFIGS = {"": {}, "dynamic membership": DYNAMIC_MEMBERSHIP}
 
 
 def patched_config_labels(spec: images.ImageSpec, dynamic: bool = True) -> list[str]:
@@ -179,17 +179,6 @@ def haproxy_starts(history: History) -> list[tuple[float, set[int]]]:
     return [
         (t, pids - before) for (_, before), (t, pids) in itertools.pairwise(seen) if pids - before
     ]
-
-
-def history_name(label: str) -> str:
-    return f"history-{label.replace(' ', '-')}.jsonl"
-
-
-def clear_histories(out_dir: Path) -> None:
-    """Remove an earlier run's histories, which `analyze` would otherwise
-    judge together with the next run's."""
-    for stale in out_dir.glob(HISTORY_GLOB):
-        stale.unlink()
 
 
 def observe_log_lines(

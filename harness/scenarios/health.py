@@ -22,24 +22,21 @@ import asyncio
 import time
 
 from harness.cluster import appconfigs
-from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH
+from harness.experiment.health import (
+    PERIOD_S,
+    PROBES,
+    TIMEOUT_S,
+    UNHEALTHY,
+    wait_for_unhealthy,
+    wait_replaced,
+)
 from harness.experiment.history import History
 from harness.experiment.load import LoadSpec, open_loop
 from harness.experiment.nemesis import controller_lag, fail_health_check
 from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
 
-PERIOD_S = 2.0
-TIMEOUT_S = 2.0
-METRICS_PORT = 8090
-PROBES = "ray_serve_health_check_latency_ms_count"
-# Logged both for a strike (a probe timeout: "Didn't receive health check
-# response ... marking it unhealthy") and for the verdict ("... failed the health
-# check 3 times in a row, marking it unhealthy").
-UNHEALTHY = "marking it unhealthy"
-# Only the verdicts: a replica that failed `threshold` checks, or whose actor
-# crashed. Both replace it; a single strike does not.
-VERDICTS = ["times in a row, marking it unhealthy", "crashed, marking it unhealthy"]
-PUSH_ENV = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 # Observations: when the controller logged the failing replica unhealthy and
 # when it was gone from the alive replicas (None: not within the wait), the
 # replica names around a lag, and the probe rate before and after a pause.
@@ -49,42 +46,13 @@ REPLICAS_BEFORE, REPLICAS_AFTER = "replicas before", "replicas after"
 PROBE_RATE = "probes per period"
 
 
-def wait_for_unhealthy(
-    cluster: Cluster, replica: str | None, since: float, timeout_s: float
-) -> float | None:
-    """When the controller decided that a replica (any, if None) is unhealthy,
-    after `since`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for stamp, line in cluster.log_lines(cluster.head, VERDICTS):
-            if stamp >= since and (replica is None or replica in line):
-                return stamp
-        time.sleep(1)
-    return None
-
-
-def wait_replaced(
-    cluster: Cluster, app: str, replicas: int, gone: set[str], timeout_s: float
-) -> float | None:
-    """When the app's Echo deployment ran `replicas` alive replicas again, none of
-    them one in `gone` (None if not within `timeout_s`): a replaced replica is
-    gone only once its actor exited, not when the controller decided."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = cluster.replica_names(app, "Echo")
-        if len(alive) == replicas and not any(r in name for r in gone for name in alive):
-            return time.time()
-        time.sleep(1)
-    return None
-
-
 class _HealthScenario(Scenario):
     replicas = 2
 
     default_images = staticmethod(stock_and_patched)
 
     def _env(self, label: str) -> dict[str, str]:
-        return dict(PUSH_ENV) if label.endswith("patched") else {}
+        return dict(PUSH_HEALTH) if label.endswith("patched") else {}
 
     def _cluster(self, tag: str, label: str, extra_env: dict | None = None) -> Cluster:
         return Cluster(
@@ -92,11 +60,7 @@ class _HealthScenario(Scenario):
                 image=tag,
                 name=f"rayspot-{self.name.replace('_', '-')}",
                 workers=1,
-                env={
-                    **self._env(label),
-                    "RAY_metrics_report_interval_ms": "1000",
-                    **(extra_env or {}),
-                },
+                env={**self._env(label), **FAST_METRICS, **(extra_env or {})},
                 worker_resources={"w": 10},
                 metrics_port=METRICS_PORT,
             )

@@ -30,21 +30,12 @@ import time
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER, MEMBERSHIP_CHURN
 from harness.experiment.history import Event, History
 from harness.experiment.load import LoadSpec, Mix, open_loop
 from harness.scenarios.base import ImageRun, Scenario, stock_and_patched
 
-HARD_STOP_AFTER_S = 3
-LONG_S = 4.0
-ENV = {
-    "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(HARD_STOP_AFTER_S),
-    # Removed replicas go quickly, so the churn never runs out of room for new ones.
-    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
-}
-FLAGS_ON = {
-    "RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1",
-    "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1",
-}
+LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
 FLAGS_ON_LABEL, FLAGS_OFF_LABEL = "flags on", "flags off"
 # Observations: the head's HAProxy pids before the churn and every 0.5 s during
 # it, and the in-cluster churn driver's own record of the changes it made.
@@ -100,7 +91,10 @@ class MembershipChurn(Scenario):
 
     def run_once(self, image_tag: str, label: str) -> History:
         history = History()
-        env = {**ENV, **(FLAGS_ON if label.endswith(FLAGS_ON_LABEL) else {})}
+        env = {
+            **MEMBERSHIP_CHURN,
+            **(DYNAMIC_MEMBERSHIP_MASTER_WORKER if label.endswith(FLAGS_ON_LABEL) else {}),
+        }
         config = ClusterConfig(
             image=image_tag, name="rayspot-churn", workers=1, env=env, worker_resources={"w": 10}
         )

@@ -9,9 +9,9 @@ import pytest
 from harness.cli import main
 from harness.core.errors import HarnessError
 from harness.experiment import report
-from harness.experiment.history import History, Request
+from harness.experiment.history import History, Request, history_name
 from harness.scenarios.analyze import ANALYSIS_DIR, analyze
-from harness.scenarios.base import history_name, judge_runs
+from harness.scenarios.base import judge_runs
 from harness.scenarios.request_overrun import LADDERS, RequestOverrun
 
 T = 1_700_000_000.0
