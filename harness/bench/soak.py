@@ -167,7 +167,7 @@ def soak(
 def print_soak(results: dict[str, list[checker.Verdict]]) -> None:
     for config, verdicts in results.items():
         print(f"\n### {config}\n")
-        print(checker.table(verdicts))
+        print(report.table(verdicts))
     totals = {config: sum(v.failures for v in verdicts) for config, verdicts in results.items()}
     print("\nfailures: " + ", ".join(f"{c} {n:,}" for c, n in totals.items()))
     print(f"report: {RESULTS_DIR / 'report.md'}")
