@@ -2,7 +2,8 @@
 from its recorded history, comparing the runs against the scenario's
 expectation, and writing one report.
 
-A scenario is a class with a `name`, default `images`, and two halves:
+A scenario is a class with a `name`, the images it `runs_on` by default, and
+two halves:
 
     run_once(image, label) -> History   the live half: cluster, load, faults,
                                         and everything read from the cluster
@@ -63,11 +64,11 @@ class ScenarioOutcome:
     wall_s: float
 
 
-def stock_and_patched() -> list[images.ImageSpec]:
-    """The pinned release, stock and patched: the images of a scenario whose
-    baseline is the same release without the patches."""
-    version = load_pin().ray.version
-    return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+# A scenario's default image, by release of the pin and flavor: "ray" is the
+# pinned release, "baseline" the earlier one it is compared with.
+BASELINE_STOCK = ("baseline", "stock")
+STOCK = ("ray", "stock")
+PATCHED = ("ray", "patched")
 
 
 # The patched image's configurations in the HAProxy scenarios, by the suffix
@@ -94,14 +95,15 @@ def patched_config_env(label: str) -> dict[str, str]:
 class Scenario:
     name = ""
     title = ""
+    # The images it runs on when none are given, baseline first: the earlier
+    # release as shipped against the pinned one patched, unless the scenario's
+    # baseline is the same release without the patches (STOCK, PATCHED).
+    runs_on: tuple[tuple[str, str], ...] = (BASELINE_STOCK, PATCHED)
 
-    @staticmethod
-    def default_images() -> list[images.ImageSpec]:
+    def default_images(self) -> list[images.ImageSpec]:
         pin = load_pin()
-        return [
-            images.ImageSpec(pin.baseline.version, "stock"),
-            images.ImageSpec(pin.ray.version, "patched"),
-        ]
+        releases = {"ray": pin.ray, "baseline": pin.baseline}
+        return [images.ImageSpec(releases[r].version, flavor) for r, flavor in self.runs_on]
 
     @property
     def options(self) -> dict:

@@ -35,7 +35,7 @@ from harness.experiment.health import (
 from harness.experiment.history import History
 from harness.experiment.load import LoadSpec, open_loop
 from harness.experiment.nemesis import controller_lag, fail_health_check
-from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
+from harness.scenarios.base import PATCHED, STOCK, ImageRun, Scenario, logged, observe_log_lines
 
 # Observations: when the controller logged the failing replica unhealthy and
 # when it was gone from the alive replicas (None: not within the wait), the
@@ -49,7 +49,7 @@ PROBE_RATE = "probes per period"
 class _HealthScenario(Scenario):
     replicas = 2
 
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)
 
     def _env(self, label: str) -> dict[str, str]:
         return dict(PUSH_HEALTH) if label.endswith("patched") else {}

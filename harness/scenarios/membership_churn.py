@@ -33,7 +33,7 @@ from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER, MEMBERSHIP_CHURN
 from harness.experiment.history import Event, History
 from harness.experiment.load import LoadSpec, Mix, open_loop
-from harness.scenarios.base import ImageRun, Scenario, stock_and_patched
+from harness.scenarios.base import PATCHED, STOCK, ImageRun, Scenario
 
 LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
 FLAGS_ON_LABEL, FLAGS_OFF_LABEL = "flags on", "flags off"
@@ -82,7 +82,7 @@ class MembershipChurn(Scenario):
         self.duration_s, self.interval_s = duration_s, interval_s
         self.rate, self.connections = rate, connections
 
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)
 
     def labels(self, spec: images.ImageSpec) -> list[str]:
         if spec.flavor == "patched":

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import asyncio
 
-from harness.cluster import appconfigs, images
+from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.core.pin import load_pin
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, send
-from harness.scenarios.base import ImageRun, Scenario
+from harness.scenarios.base import STOCK, ImageRun, Scenario
 
 OVERRUN_S, CONTROL_S = 4.0, 1.0
 # name -> (request_timeout_s, RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S, expected status)
@@ -37,9 +36,7 @@ class RequestOverrun(Scenario):
     def __init__(self, requests: int = 10) -> None:
         self.requests = requests
 
-    @staticmethod
-    def default_images() -> list[images.ImageSpec]:
-        return [images.ImageSpec(load_pin().ray.version, "stock")]
+    runs_on = (STOCK,)
 
     def run_once(self, image_tag: str, label: str) -> History:
         # The ladders and the status each should give, as they were for this run.

@@ -30,7 +30,7 @@ from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
-from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
+from harness.scenarios.base import PATCHED, STOCK, ImageRun, Scenario, logged, observe_log_lines
 
 MIN_DRAINING_S = 5.0
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
@@ -221,4 +221,4 @@ class DrainWindowAdmission(StaleWorkerDrain):
     ) -> None:
         super().__init__(events, stale, pins, controls, send_after_s, late_sleep_s)
 
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)

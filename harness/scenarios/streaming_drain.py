@@ -41,12 +41,13 @@ from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop, se
 from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
 from harness.scenarios.base import (
+    PATCHED,
+    STOCK,
     ImageRun,
     Scenario,
     haproxy_starts,
     patched_config_env,
     patched_config_labels,
-    stock_and_patched,
     watch_head_haproxy,
 )
 from harness.scenarios.spot_preemption import preemption_target
@@ -78,7 +79,7 @@ class StreamingDrain(Scenario):
         # Long, but inside the request timeout: 0.2 s per chunk.
         self.chunks = int(self.ladder.request_timeout_s / 0.2) - 5
 
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)
 
     def labels(self, spec: images.ImageSpec) -> list[str]:
         return patched_config_labels(spec, self.dynamic)

@@ -39,13 +39,14 @@ from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
 from harness.scenarios.base import (
     LOG_LINE,
+    PATCHED,
+    STOCK,
     ImageRun,
     Scenario,
     haproxy_starts,
     observe_log_lines,
     patched_config_env,
     patched_config_labels,
-    stock_and_patched,
     watch_head_haproxy,
 )
 
@@ -58,7 +59,7 @@ PHASES = ("drain", "preemption")
 class WebSocketDrain(Scenario):
     name = "websocket_drain"
     title = "Open WebSockets across a replica drain and a spot preemption"
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)
 
     def __init__(
         self, scale: float = 0.5, sessions: int = 8, request_timeout: bool = False
