@@ -28,6 +28,13 @@ class Recorded(Scenario):
     def __init__(self, title: str = "Saved histories, judged again") -> None:
         self.title = title
 
+    def config_of(self, history: History) -> None:
+        """None: these runs were not configured by a scenario."""
+        return None
+
+    def judge(self, config: None, history: History) -> ImageRun:
+        return ImageRun(history.meta["label"], history)
+
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         claimed = [r for r in runs.values() if r.history.meta.get("claim", True)]
         findings = [

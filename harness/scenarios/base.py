@@ -5,11 +5,15 @@ expectation, and writing one report.
 A scenario is a class with a `name`, the images it `runs_on` by default, and
 two halves:
 
-    run_once(image, label) -> History   the live half: cluster, load, faults,
-                                        and everything read from the cluster
-                                        recorded as observations
-    judge(label, history) -> ImageRun   the judging half: facts and checks
-                                        from the history alone
+    run_once(image, config) -> History   the live half: cluster, load, faults,
+                                         and everything read from the cluster
+                                         recorded as observations
+    judge(config, history) -> ImageRun   the judging half: facts and checks
+                                         from the history alone
+
+A run is one image under one configuration (`configs(spec)`, a RunConfig
+each: the image as configured unless the scenario also runs it another way,
+flags on and off, say); the configuration is saved with the run's history.
 
 Its `expect(runs)` says whether the comparison came out as the scenario
 claims (for example: the baseline fails and the fix does not), so a scenario
@@ -29,10 +33,11 @@ from pathlib import Path
 
 from harness.cluster import images
 from harness.cluster.cluster import Cluster, Node
+from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
-from harness.experiment.configs import DYNAMIC_MEMBERSHIP
+from harness.experiment.configs import DYNAMIC_MEMBERSHIP, RunConfig
 from harness.experiment.history import History, clear_histories, history_name
 
 LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log
@@ -42,6 +47,8 @@ LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: w
 class ImageRun:
     label: str  # e.g. "2.60.0-patched"
     history: History
+    # What the run's nodes ran; None for a history recorded outside any scenario (the soak's).
+    config: RunConfig | None = None
     verdict: checker.Verdict | None = None
     # Scenario-specific measurements, e.g. {"failures per event": [10, 10]}.
     facts: dict = field(default_factory=dict)
@@ -71,25 +78,14 @@ STOCK = ("ray", "stock")
 PATCHED = ("ray", "patched")
 
 
-# The patched image's configurations in the HAProxy scenarios, by the suffix
-# of a run's label: as configured, and with dynamic membership (the head's
-# HAProxy follows replica changes without a reload).
-PATCHED_CONFIGS = {"": {}, "dynamic membership": DYNAMIC_MEMBERSHIP}
-
-
-def patched_config_labels(spec: images.ImageSpec, dynamic: bool = True) -> list[str]:
-    """The runs of `spec`: one per PATCHED_CONFIGS entry on the patched image
-    (without dynamic membership if `dynamic` is False), one on any other."""
-    if spec.flavor != "patched":
-        return [str(spec)]
-    return [f"{spec} {suffix}".strip() for suffix in PATCHED_CONFIGS if dynamic or not suffix]
-
-
-def patched_config_env(label: str) -> dict[str, str]:
-    """The extra node environment of the run labelled `label`."""
-    return next(
-        (env for suffix, env in PATCHED_CONFIGS.items() if suffix and label.endswith(suffix)), {}
-    )
+def with_dynamic_membership(spec: images.ImageSpec, dynamic: bool = True) -> list[RunConfig]:
+    """The runs of `spec` in the HAProxy scenarios: as configured, and on the
+    patched image (if `dynamic`) also with dynamic membership, where the head's
+    HAProxy follows replica changes without a reload."""
+    configs = [RunConfig(spec)]
+    if dynamic and spec.flavor == "patched":
+        configs.append(RunConfig(spec, "dynamic membership", DYNAMIC_MEMBERSHIP))
+    return configs
 
 
 class Scenario:
@@ -113,18 +109,41 @@ class Scenario:
         names = list(inspect.signature(type(self)).parameters)
         return {name: getattr(self, name) for name in names}
 
-    def labels(self, spec: images.ImageSpec) -> list[str]:
-        """The runs on one image, by label: one, unless a scenario also runs an
-        image under another configuration (flags on and off, say)."""
-        return [str(spec)]
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
+        """The runs on one image: one, as configured, unless a scenario also
+        runs the image under another configuration (flags on and off, say)."""
+        return [RunConfig(spec)]
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def config_of(self, history: History) -> RunConfig | None:
+        """The configuration a history was recorded under, from its meta. A
+        history saved before runs carried their configuration has only its
+        label, which is one of this scenario's configurations on the image it
+        names."""
+        meta = history.meta
+        if "config" in meta:
+            return RunConfig.from_meta(meta["config"])
+        label = meta["label"]
+        spec = label.split(" ")[0]
+        try:
+            known = self.configs(images.ImageSpec.parse(spec))
+        except HarnessError:
+            known = []
+        found = next((c for c in known if c.label == label), None)
+        if found is None:
+            runs = ", ".join(c.label for c in known) or f"none on {spec!r}"
+            raise HarnessError(
+                f"the run {label!r} records no configuration and is not one of "
+                f"{self.name}'s runs ({runs}); it was saved by another version of the harness."
+            )
+        return found
+
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         raise NotImplementedError
 
-    def judge(self, label: str, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
         """Facts and checks of one run, from its history alone. The default
         has none: the run is judged by its failure-rate verdict."""
-        return ImageRun(label, history)
+        return ImageRun(config.label, history, config)
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         """Default: the last image (the fix) passes, and some earlier one fails;
@@ -216,16 +235,18 @@ def run_scenario(
     tags = {spec: images.ensure_node_image(spec) for spec in specs}
     histories: list[History] = []
     for spec, tag in tags.items():
-        for label in scenario.labels(spec):
+        for config in scenario.configs(spec):
+            label = config.label
             print(
                 f"scenario {scenario.name}: running on {label} "
                 f"({time.monotonic() - started:.0f}s so far)",
                 flush=True,
             )
             t = time.monotonic()
-            history = scenario.run_once(tag, label)
+            history = scenario.run_once(tag, config)
             history.meta.update(
                 label=label,
+                config=config.to_meta(),
                 image=tag,
                 scenario=scenario.name,
                 options=scenario.options,
@@ -254,14 +275,13 @@ def judge_runs(
     were judged."""
     runs: dict[str, ImageRun] = {}
     for history in sorted(histories, key=lambda h: h.meta.get("order", 0)):
-        label = history.meta["label"]
-        run = scenario.judge(label, history)
+        run = scenario.judge(scenario.config_of(history), history)
         run.verdict = checker.check(history)
         run.wall_s = float(history.meta.get("wall_s", 0.0))
         gap = run.verdict.record_gap
         complete = f"{history.scheduled:,} requests scheduled, each with one row"
         run.checks.insert(0, (f"the record is complete: {gap or complete}", gap is None))
-        runs[label] = run
+        runs[run.label] = run
     as_expected, findings = scenario.expect(runs)
     incomplete = [run.label for run in runs.values() if run.verdict.record_gap]
     if incomplete:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness.cluster import appconfigs
+from harness.cluster import appconfigs, images
 from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig
-from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH
+from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH, RunConfig
 from harness.experiment.health import (
     PERIOD_S,
     PROBES,
@@ -51,16 +51,17 @@ class _HealthScenario(Scenario):
 
     runs_on = (STOCK, PATCHED)
 
-    def _env(self, label: str) -> dict[str, str]:
-        return dict(PUSH_HEALTH) if label.endswith("patched") else {}
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
+        """Push-based health on the patched image: what it is compared for."""
+        return [RunConfig(spec, env=PUSH_HEALTH if spec.flavor == "patched" else {})]
 
-    def _cluster(self, tag: str, label: str, extra_env: dict | None = None) -> Cluster:
+    def _cluster(self, tag: str, config: RunConfig, extra_env: dict | None = None) -> Cluster:
         return Cluster(
             ClusterConfig(
                 image=tag,
                 name=f"rayspot-{self.name.replace('_', '-')}",
                 workers=1,
-                env={**self._env(label), **FAST_METRICS, **(extra_env or {})},
+                env={**config.env, **FAST_METRICS, **(extra_env or {})},
                 worker_resources={"w": 10},
                 metrics_port=METRICS_PORT,
             )
@@ -85,9 +86,9 @@ class HealthFailure(_HealthScenario):
     name = "health_failure"
     title = "A replica's health check starts failing (push-based health)"
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        with self._cluster(image_tag, label) as cluster:
+        with self._cluster(image_tag, config) as cluster:
             self._deploy(cluster)
 
             async def main():
@@ -115,11 +116,11 @@ class HealthFailure(_HealthScenario):
             asyncio.run(main())
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
         flip = next(e for e in history.events if e.fault == "health_failure")
         replica, flipped = flip.target, flip.time
         detected, replaced = history.value(DETECTED), history.value(REPLACED)
-        run = ImageRun(label, history)
+        run = ImageRun(config.label, history, config)
         run.facts["time to detect"] = f"{detected - flipped:.1f} s" if detected else "not detected"
         run.facts["time to replace"] = f"{replaced - flipped:.1f} s" if replaced else "not replaced"
         run.facts["detect_s"] = detected - flipped if detected else None
@@ -142,9 +143,9 @@ class ControllerLag(_HealthScenario):
     title = "Controller lag: SIGSTOP/SIGCONT cycles on the Serve controller (push-based health)"
     cycles, stop_s, run_s = 4, 6.0, 2.0
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        with self._cluster(image_tag, label) as cluster:
+        with self._cluster(image_tag, config) as cluster:
             self._deploy(cluster)
             history.observe(
                 REPLICAS_BEFORE, sorted(cluster.replica_names("echo", "Echo")), time.time()
@@ -176,11 +177,11 @@ class ControllerLag(_HealthScenario):
             )
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
         started = history.observed(REPLICAS_BEFORE)[0].time
         killed = logged(history, "head", UNHEALTHY, since=started)
         before, after = set(history.value(REPLICAS_BEFORE)), set(history.value(REPLICAS_AFTER))
-        run = ImageRun(label, history)
+        run = ImageRun(config.label, history, config)
         run.facts["false strikes or kills logged"] = len(killed)
         run.facts["replicas replaced"] = len(before - after)
         run.checks.append(("no replica falsely killed", not killed and before == after))
@@ -205,10 +206,10 @@ class StuckReceiver(_HealthScenario):
     title = "Controller paused longer than RAY_SERVE_METRICS_PUSH_STUCK_S (push-based health)"
     stuck_s, pause_s = 4.0, 12.0
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
         env = {"RAY_SERVE_METRICS_PUSH_STUCK_S": f"{self.stuck_s:g}"}
-        with self._cluster(image_tag, label, env) as cluster:
+        with self._cluster(image_tag, config, env) as cluster:
             self._deploy(cluster)
             time.sleep(3 * PERIOD_S)
             history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="before")
@@ -233,13 +234,13 @@ class StuckReceiver(_HealthScenario):
             history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="after")
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
         before = history.observed(PROBE_RATE, "before")[-1].detail["value"]
         after = history.observed(PROBE_RATE, "after")[-1].detail["value"]
-        run = ImageRun(label, history)
+        run = ImageRun(config.label, history, config)
         run.facts["probes per period before the pause"] = round(before, 2)
         run.facts["probes per period after it"] = round(after, 2)
-        if label.endswith("patched"):
+        if config.sets(PUSH_HEALTH):
             # Push keeps the probes away while reports arrive; a replica silenced
             # for good would be probed every period again, like stock.
             run.checks.append(

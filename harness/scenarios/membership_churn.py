@@ -30,13 +30,12 @@ import time
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER, MEMBERSHIP_CHURN
+from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER, MEMBERSHIP_CHURN, RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import LoadSpec, Mix, open_loop
 from harness.scenarios.base import PATCHED, STOCK, ImageRun, Scenario
 
 LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
-FLAGS_ON_LABEL, FLAGS_OFF_LABEL = "flags on", "flags off"
 # Observations: the head's HAProxy pids before the churn and every 0.5 s during
 # it, and the in-cluster churn driver's own record of the changes it made.
 PIDS_BEFORE, PIDS_SEEN, CHURN = "haproxy pids before", "haproxy pids", "churn"
@@ -84,28 +83,31 @@ class MembershipChurn(Scenario):
 
     runs_on = (STOCK, PATCHED)
 
-    def labels(self, spec: images.ImageSpec) -> list[str]:
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
         if spec.flavor == "patched":
-            return [f"{spec} {FLAGS_OFF_LABEL}", f"{spec} {FLAGS_ON_LABEL}"]
-        return [str(spec)]
+            return [
+                RunConfig(spec, "flags off"),
+                RunConfig(spec, "flags on", DYNAMIC_MEMBERSHIP_MASTER_WORKER),
+            ]
+        return [RunConfig(spec)]
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        env = {
-            **MEMBERSHIP_CHURN,
-            **(DYNAMIC_MEMBERSHIP_MASTER_WORKER if label.endswith(FLAGS_ON_LABEL) else {}),
-        }
-        config = ClusterConfig(
-            image=image_tag, name="rayspot-churn", workers=1, env=env, worker_resources={"w": 10}
+        cluster_config = ClusterConfig(
+            image=image_tag,
+            name="rayspot-churn",
+            workers=1,
+            env={**MEMBERSHIP_CHURN, **config.env},
+            worker_resources={"w": 10},
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             cluster.deploy(_apps(LOW))
             history.observe(PIDS_BEFORE, sorted(cluster.haproxy_pids(cluster.head)), time.time())
             asyncio.run(self._churn(cluster, history))
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
+        run = ImageRun(config.label, history, config)
         churn = history.value(CHURN)
         before = set(history.value(PIDS_BEFORE))
         seen = {pid for e in history.observed(PIDS_SEEN) for pid in e.detail["value"]}
@@ -178,7 +180,7 @@ class MembershipChurn(Scenario):
                 f"{run.facts['HAProxy processes started on the head']} HAProxy processes "
                 f"started for {run.facts['membership changes']} membership changes"
             )
-            if run.label.endswith(FLAGS_ON_LABEL):
+            if run.config.sets(DYNAMIC_MEMBERSHIP_MASTER_WORKER):
                 ok &= failures == 0 and run.facts["HAProxy processes started on the head"] == 0
             elif failures == 0:
                 ok = False

@@ -20,6 +20,7 @@ import asyncio
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, send
 from harness.scenarios.base import STOCK, ImageRun, Scenario
@@ -38,17 +39,17 @@ class RequestOverrun(Scenario):
 
     runs_on = (STOCK,)
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         # The ladders and the status each should give, as they were for this run.
         history = History({"ladders": LADDERS})
         for ladder, (request_timeout_s, timeout_server_s, _) in LADDERS.items():
-            config = ClusterConfig(
+            cluster_config = ClusterConfig(
                 image=image_tag,
                 name="rayspot-overrun",
                 workers=1,
-                env={"RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(timeout_server_s)},
+                env={"RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(timeout_server_s), **config.env},
             )
-            with Cluster(config) as cluster:
+            with Cluster(cluster_config) as cluster:
                 cluster.deploy(
                     appconfigs.deploy_config(
                         # Room for every request at once: a queued control would
@@ -62,8 +63,8 @@ class RequestOverrun(Scenario):
                 asyncio.run(self._send(cluster.head.ip, ladder, history))
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
+        run = ImageRun(config.label, history, config)
         for ladder, (request_timeout_s, timeout_server_s, expected) in history.meta[
             "ladders"
         ].items():

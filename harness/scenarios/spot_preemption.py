@@ -15,11 +15,13 @@ timeline of the drain, from the notice to the kill, with measured times.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from datetime import UTC, datetime
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop
 from harness.experiment.nemesis import spot_preemption
@@ -58,14 +60,14 @@ class SpotPreemption(Scenario):
         self.ladder = Ladder().scaled(scale)
         self.scale, self.rate = scale, rate
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         ladder = self.ladder
         history = History({"ladder_scale": self.scale, "ladder": self._ladder_text()})
-        config = ClusterConfig(
+        cluster_config = ClusterConfig(
             image=image_tag,
             name="rayspot-spot",
             workers=2,
-            env=ladder.node_env(),
+            env={**ladder.node_env(), **config.env},
             worker_resources={"w": 10},
         )
         app = appconfigs.deploy_config(
@@ -80,7 +82,7 @@ class SpotPreemption(Scenario):
             ),
             http_options=ladder.http_options(),
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
             target, target_id, replicas = preemption_target(cluster)
@@ -142,8 +144,8 @@ class SpotPreemption(Scenario):
         await load
         return outcome, await healthz
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
+        run = ImageRun(config.label, history, config)
         target, outcome = history.value(TARGET), history.value(PREEMPTION)
         replicas, after = target["replicas"], history.value(REPLICAS_AFTER)
         death, exited_at = history.value(DEATH), history.value(EXITED)
@@ -215,7 +217,7 @@ def preemption_target(cluster: Cluster) -> tuple[Node, str, list[str]]:
 
 def _without_timeline(run: ImageRun) -> ImageRun:
     facts = {k: v for k, v in run.facts.items() if k != "timeline"}
-    return ImageRun(run.label, run.history, run.verdict, facts, run.checks, run.wall_s)
+    return dataclasses.replace(run, facts=facts)
 
 
 async def _first_unhealthy(ip: str, stop: asyncio.Event) -> float | None:

@@ -28,6 +28,7 @@ import time
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
 from harness.scenarios.base import PATCHED, STOCK, ImageRun, Scenario, logged, observe_log_lines
@@ -82,20 +83,24 @@ class StaleWorkerDrain(Scenario):
         self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
         self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        config = ClusterConfig(
-            image=image_tag, name="rayspot-stale", workers=1, env=ENV, worker_resources={"w": 10}
+        cluster_config = ClusterConfig(
+            image=image_tag,
+            name="rayspot-stale",
+            workers=1,
+            env={**ENV, **config.env},
+            worker_resources={"w": 10},
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             for number in range(self.events):
                 cluster.deploy(_app(2, self.request_timeout_s))
                 asyncio.run(self._event(cluster, history, number))
             observe_log_lines(history, cluster, cluster.head, [STOPPING], "head")
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
+        run = ImageRun(config.label, history, config)
         stops = logged(history, "head", STOPPING)
         per_event, offsets = self._per_event(history, stops)
         run.facts["failed stale requests per event"] = per_event

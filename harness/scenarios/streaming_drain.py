@@ -36,6 +36,7 @@ import time
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop, send
 from harness.experiment.nemesis import spot_preemption
@@ -46,9 +47,8 @@ from harness.scenarios.base import (
     ImageRun,
     Scenario,
     haproxy_starts,
-    patched_config_env,
-    patched_config_labels,
     watch_head_haproxy,
+    with_dynamic_membership,
 )
 from harness.scenarios.spot_preemption import preemption_target
 
@@ -81,17 +81,16 @@ class StreamingDrain(Scenario):
 
     runs_on = (STOCK, PATCHED)
 
-    def labels(self, spec: images.ImageSpec) -> list[str]:
-        return patched_config_labels(spec, self.dynamic)
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
+        return with_dynamic_membership(spec, self.dynamic)
 
-    def run_once(self, image_tag: str, label: str) -> History:
-        extra = patched_config_env(label)
-        history = History({"ladder_scale": self.scale, "env": extra, "chunks": self.chunks})
-        config = ClusterConfig(
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History({"ladder_scale": self.scale, "chunks": self.chunks})
+        cluster_config = ClusterConfig(
             image=image_tag,
             name="rayspot-streaming",
             workers=2,
-            env={**self.ladder.node_env(), **extra},
+            env={**self.ladder.node_env(), **config.env},
             worker_resources={"w": 10},
         )
         app = appconfigs.deploy_config(
@@ -104,7 +103,7 @@ class StreamingDrain(Scenario):
             ),
             http_options=self.ladder.http_options(),
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
             target, _, _ = preemption_target(cluster)
@@ -216,8 +215,8 @@ class StreamingDrain(Scenario):
 
         await asyncio.gather(*(one(i, c) for i, c in enumerate(idle)))
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
+        run = ImageRun(config.label, history, config)
         by_kind: dict[str, list] = {}
         for row in history.requests:
             by_kind.setdefault(row.kind, []).append(row)
@@ -243,7 +242,7 @@ class StreamingDrain(Scenario):
         configuration of the patched image must pass."""
         findings, ok = [], True
         for run in runs.values():
-            expected = "stock" not in run.label
+            expected = run.config.image.flavor != "stock"
             ok &= run.passed == expected
             findings.append(
                 f"{run.label}: {'PASSED' if run.passed else 'FAILED'} "

@@ -33,6 +33,7 @@ import time
 from harness.cluster import appconfigs, images
 from harness.cluster.apps.ticker import TICK_INTERVAL_S
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import websocket_session
 from harness.experiment.nemesis import spot_preemption
@@ -45,9 +46,8 @@ from harness.scenarios.base import (
     Scenario,
     haproxy_starts,
     observe_log_lines,
-    patched_config_env,
-    patched_config_labels,
     watch_head_haproxy,
+    with_dynamic_membership,
 )
 
 SESSION_S = 60.0  # longer than either event
@@ -85,22 +85,19 @@ class WebSocketDrain(Scenario):
             http_options=self._http_options(),
         )
 
-    def labels(self, spec: images.ImageSpec) -> list[str]:
-        return patched_config_labels(spec)
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
+        return with_dynamic_membership(spec)
 
-    def run_once(self, image_tag: str, label: str) -> History:
-        extra = patched_config_env(label)
-        history = History(
-            {"ladder_scale": self.scale, "env": extra, "http_options": self._http_options()}
-        )
-        config = ClusterConfig(
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History({"ladder_scale": self.scale, "http_options": self._http_options()})
+        cluster_config = ClusterConfig(
             image=image_tag,
             name="rayspot-websocket",
             workers=2,
-            env={**self.ladder.node_env(), **extra},
+            env={**self.ladder.node_env(), **config.env},
             worker_resources={"w": 10},
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             cluster.deploy(self._config(4))
             cluster.wait_lb_ready()
             asyncio.run(self._experiment(cluster, history))
@@ -157,8 +154,8 @@ class WebSocketDrain(Scenario):
         history.observe(NODES, counts, time.time(), target=phase)
         return max(cluster.workers, key=lambda w: counts[w.name])
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun:
+        run = ImageRun(config.label, history, config)
         starts = {
             "drain": next(e.time for e in history.events if e.fault == "scale_down"),
             "preemption": next(e.time for e in history.events if e.fault == "spot_preemption"),
