@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.core.errors import HarnessError
 from harness.experiment.history import HISTORY_GLOB, History
 from harness.scenarios import SCENARIOS
-from harness.scenarios.base import ImageRun, Scenario, ScenarioOutcome, judge_runs
+from harness.scenarios.base import Facts, ImageRun, Scenario, ScenarioOutcome, judge_runs
 
 ANALYSIS_DIR = "analysis"  # where a re-judged report goes, beside the histories
 
@@ -32,8 +32,8 @@ class Recorded(Scenario):
         """None: these runs were not configured by a scenario."""
         return None
 
-    def judge(self, config: None, history: History) -> ImageRun:
-        return ImageRun(history.meta["label"], history)
+    def judge(self, config: None, history: History) -> ImageRun[Facts]:
+        return ImageRun(history.meta["label"], history, Facts())
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         claimed = [r for r in runs.values() if r.history.meta.get("claim", True)]

@@ -11,6 +11,10 @@ two halves:
     judge(config, history) -> ImageRun   the judging half: facts and checks
                                          from the history alone
 
+Its facts are a dataclass of its own (a Facts subclass, the type parameter of
+Scenario), so `expect` reads them as attributes; each field names the row it
+is in the report.
+
 A run is one image under one configuration (`configs(spec)`, a RunConfig
 each: the image as configured unless the scenario also runs it another way,
 flags on and off, say); the configuration is saved with the run's history.
@@ -28,8 +32,9 @@ import asyncio
 import inspect
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from harness.cluster import images
 from harness.cluster.cluster import Cluster, Node
@@ -43,15 +48,42 @@ from harness.experiment.history import History, clear_histories, history_name
 LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log
 
 
+SHOWN_AS = "shown as"  # a Facts field's metadata key: its row in the report
+
+
+def fact(shown_as: str, **kwargs: Any) -> Any:
+    """A field of a Facts dataclass, shown in the report as `shown_as`."""
+    return field(metadata={SHOWN_AS: shown_as}, **kwargs)
+
+
 @dataclass
-class ImageRun:
+class Facts:
+    """A scenario's measurements of one run. Every field declared with
+    `fact(...)` is one row of the report, in field order; a scenario whose rows
+    depend on the run (one per ladder, say) overrides `rows`. This base has
+    none: a run judged by its failure-rate verdict alone."""
+
+    def rows(self) -> dict[str, Any]:
+        """Display name -> value: what report.json keeps as the run's facts."""
+        return {f.metadata[SHOWN_AS]: getattr(self, f.name) for f in fields(self) if f.metadata}
+
+    def listed(self) -> dict[str, Any]:
+        """The rows report.md lists under the run; all of them, unless a
+        scenario tables some on their own."""
+        return self.rows()
+
+
+F = TypeVar("F", bound=Facts)
+
+
+@dataclass
+class ImageRun(Generic[F]):
     label: str  # e.g. "2.60.0-patched"
     history: History
+    facts: F
     # What the run's nodes ran; None for a history recorded outside any scenario (the soak's).
     config: RunConfig | None = None
     verdict: checker.Verdict | None = None
-    # Scenario-specific measurements, e.g. {"failures per event": [10, 10]}.
-    facts: dict = field(default_factory=dict)
     # (what was checked, did it hold), e.g. ("death reason is PREEMPTED", True).
     checks: list[tuple[str, bool]] = field(default_factory=list)
     wall_s: float = 0.0
@@ -88,7 +120,7 @@ def with_dynamic_membership(spec: images.ImageSpec, dynamic: bool = True) -> lis
     return configs
 
 
-class Scenario:
+class Scenario(Generic[F]):
     name = ""
     title = ""
     # The images it runs on when none are given, baseline first: the earlier
@@ -140,12 +172,12 @@ class Scenario:
     def run_once(self, image_tag: str, config: RunConfig) -> History:
         raise NotImplementedError
 
-    def judge(self, config: RunConfig, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun[F]:
         """Facts and checks of one run, from its history alone. The default
         has none: the run is judged by its failure-rate verdict."""
-        return ImageRun(config.label, history, config)
+        return ImageRun(config.label, history, Facts(), config)
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[F]]) -> tuple[bool, list[str]]:
         """Default: the last image (the fix) passes, and some earlier one fails;
         a baseline that does not fail proves nothing, which is said aloud."""
         *baselines, fixed = runs.values()
@@ -160,14 +192,14 @@ class Scenario:
             )
         return fixed.passed and (baseline_failed or not baselines), findings
 
-    def sections(self, runs: dict[str, ImageRun]) -> dict[str, str]:
+    def sections(self, runs: dict[str, ImageRun[F]]) -> dict[str, str]:
         """Extra markdown for the report: facts and checks per image."""
         lines = []
         for run in runs.values():
             lines.append(f"**{run.label}** ({run.wall_s:.0f} s)")
             for what, ok in run.checks:
                 lines.append(f"- {'✔' if ok else '✘'} {what}")
-            for key, value in run.facts.items():
+            for key, value in run.facts.listed().items():
                 lines.append(f"- {key}: {value}")
             lines.append("")
         return {"Checks and measurements": "\n".join(lines)}
@@ -302,7 +334,7 @@ def judge_runs(
                 "passed": run.passed,
                 "wall_s": run.wall_s,
                 "checks": [{"what": what, "held": ok} for what, ok in run.checks],
-                "facts": run.facts,
+                "facts": run.facts.rows(),
             }
             for run in runs.values()
         },

@@ -27,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER, MEMBERSHIP_CHURN, RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import LoadSpec, Mix, open_loop
-from harness.scenarios.base import PATCHED, STOCK, ImageRun, Scenario
+from harness.scenarios.base import PATCHED, STOCK, Facts, ImageRun, Scenario, fact
 
 LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
 # Observations: the head's HAProxy pids before the churn and every 0.5 s during
@@ -67,7 +68,15 @@ def _apps(replicas: int) -> dict:
     return appconfigs.deploy_config(*apps)
 
 
-class MembershipChurn(Scenario):
+@dataclass
+class ChurnFacts(Facts):
+    changes: int = fact("membership changes")
+    idle_ticks: int = fact("seconds with no settled app to change")
+    started: int = fact("HAProxy processes started on the head")
+    reloads_per_change: float = fact("reloads per change")
+
+
+class MembershipChurn(Scenario[ChurnFacts]):
     name = "membership_churn"
     title = "A replica swapped every second under keep-alive load"
 
@@ -106,18 +115,19 @@ class MembershipChurn(Scenario):
             asyncio.run(self._churn(cluster, history))
         return history
 
-    def judge(self, config: RunConfig, history: History) -> ImageRun:
-        run = ImageRun(config.label, history, config)
+    def judge(self, config: RunConfig, history: History) -> ImageRun[ChurnFacts]:
         churn = history.value(CHURN)
         before = set(history.value(PIDS_BEFORE))
         seen = {pid for e in history.observed(PIDS_SEEN) for pid in e.detail["value"]}
         started = sorted(seen - before)
         changes = churn["changes"]
-        run.facts["membership changes"] = len(changes)
-        run.facts["seconds with no settled app to change"] = churn["idle_ticks"]
-        run.facts["HAProxy processes started on the head"] = len(started)
-        run.facts["reloads per change"] = round(len(started) / max(len(changes), 1), 2)
-        return run
+        facts = ChurnFacts(
+            changes=len(changes),
+            idle_ticks=churn["idle_ticks"],
+            started=len(started),
+            reloads_per_change=round(len(started) / max(len(changes), 1), 2),
+        )
+        return ImageRun(config.label, history, facts, config)
 
     async def _churn(self, cluster: Cluster, history: History) -> None:
         spec = LoadSpec(
@@ -170,18 +180,18 @@ class MembershipChurn(Scenario):
         done.set()
         await sampler
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[ChurnFacts]]) -> tuple[bool, list[str]]:
         findings, ok = [], True
         for run in runs.values():
             failures = run.verdict.failures
             findings.append(
                 f"{run.label}: {failures} of {run.verdict.requests} requests failed "
                 f"({dict(run.verdict.failures_by_class) or 'none'}); "
-                f"{run.facts['HAProxy processes started on the head']} HAProxy processes "
-                f"started for {run.facts['membership changes']} membership changes"
+                f"{run.facts.started} HAProxy processes "
+                f"started for {run.facts.changes} membership changes"
             )
             if run.config.sets(DYNAMIC_MEMBERSHIP_MASTER_WORKER):
-                ok &= failures == 0 and run.facts["HAProxy processes started on the head"] == 0
+                ok &= failures == 0 and run.facts.started == 0
             elif failures == 0:
                 ok = False
                 findings.append(

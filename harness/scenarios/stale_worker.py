@@ -25,13 +25,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.experiment.configs import RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
-from harness.scenarios.base import PATCHED, STOCK, ImageRun, Scenario, logged, observe_log_lines
+from harness.scenarios.base import (
+    PATCHED,
+    STOCK,
+    Facts,
+    ImageRun,
+    Scenario,
+    fact,
+    logged,
+    observe_log_lines,
+)
 
 MIN_DRAINING_S = 5.0
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
@@ -66,7 +76,14 @@ def _app(replicas: int, request_timeout_s: float | None = None) -> dict:
     )
 
 
-class StaleWorkerDrain(Scenario):
+@dataclass
+class StaleFacts(Facts):
+    failed_per_event: list[int] = fact("failed stale requests per event")
+    late_sent_at: list[str] = fact("late requests sent at STOP +")  # "6.21 s", "?": no stop seen
+    pins_severed: list[int] = fact("pins severed per event (expected on every version)")
+
+
+class StaleWorkerDrain(Scenario[StaleFacts]):
     name = "stale_worker_drain"
     title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
     request_timeout_s: float | None = None  # http_options.request_timeout_s
@@ -99,18 +116,18 @@ class StaleWorkerDrain(Scenario):
             observe_log_lines(history, cluster, cluster.head, [STOPPING], "head")
         return history
 
-    def judge(self, config: RunConfig, history: History) -> ImageRun:
-        run = ImageRun(config.label, history, config)
+    def judge(self, config: RunConfig, history: History) -> ImageRun[StaleFacts]:
         stops = logged(history, "head", STOPPING)
         per_event, offsets = self._per_event(history, stops)
-        run.facts["failed stale requests per event"] = per_event
-        run.facts["late requests sent at STOP +"] = [
-            f"{o:.2f} s" if o is not None else "?" for o in offsets
-        ]
-        run.facts["pins severed per event (expected on every version)"] = [
-            sum(1 for error in e.detail["value"]["done"] if error) for e in history.observed(PINS)
-        ]
-        return run
+        facts = StaleFacts(
+            failed_per_event=per_event,
+            late_sent_at=[f"{o:.2f} s" if o is not None else "?" for o in offsets],
+            pins_severed=[
+                sum(1 for error in e.detail["value"]["done"] if error)
+                for e in history.observed(PINS)
+            ],
+        )
+        return ImageRun(config.label, history, facts, config)
 
     async def _event(self, cluster: Cluster, history: History, number: int) -> None:
         host, base = cluster.head.ip, number * 1000
@@ -174,12 +191,12 @@ class StaleWorkerDrain(Scenario):
             offsets.append(mark.time - stop if stop else None)
         return per_event, offsets
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[StaleFacts]]) -> tuple[bool, list[str]]:
         *baselines, fixed = runs.values()
         findings = []
         ok = True
         for run in baselines:
-            failed = run.facts["failed stale requests per event"]
+            failed = run.facts.failed_per_event
             every = all(n >= 1 for n in failed)
             ok &= every
             findings.append(
@@ -190,7 +207,7 @@ class StaleWorkerDrain(Scenario):
         ok &= fixed_failed == 0
         findings.append(
             f"{fixed.label}: {fixed_failed} failed requests in "
-            f"{len(fixed.facts['failed stale requests per event'])} events"
+            f"{len(fixed.facts.failed_per_event)} events"
         )
         if baselines and not ok and fixed_failed == 0:
             findings.append(

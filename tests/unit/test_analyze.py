@@ -16,6 +16,7 @@ from harness.scenarios.analyze import ANALYSIS_DIR, analyze
 from harness.scenarios.base import judge_runs
 from harness.scenarios.membership_churn import MembershipChurn
 from harness.scenarios.request_overrun import LADDERS, RequestOverrun
+from harness.scenarios.stale_worker import StaleFacts
 
 T = 1_700_000_000.0
 
@@ -181,3 +182,13 @@ def test_a_history_saved_without_its_configuration_is_known_by_its_label():
     for label in ("2.60.0-patched flags sideways", "not an image"):
         with pytest.raises(HarnessError, match="another version of the harness"):
             churn.config_of(History({"label": label}))
+
+
+def test_facts_are_report_rows_under_their_names_in_field_order():
+    facts = StaleFacts(failed_per_event=[3, 0], late_sent_at=["6.21 s", "?"], pins_severed=[4, 4])
+    assert facts.rows() == {
+        "failed stale requests per event": [3, 0],
+        "late requests sent at STOP +": ["6.21 s", "?"],
+        "pins severed per event (expected on every version)": [4, 4],
+    }
+    assert list(facts.rows()) == list(facts.listed())
