@@ -11,19 +11,18 @@ two halves:
     judge(config, history) -> ImageRun   the judging half: facts and checks
                                          from the history alone
 
-Its facts are a dataclass of its own (a Facts subclass, the type parameter of
-Scenario), so `expect` reads them as attributes; each field names the row it
-is in the report.
-
-A run is one image under one configuration (`configs(spec)`, a RunConfig
-each: the image as configured unless the scenario also runs it another way,
-flags on and off, say); the configuration is saved with the run's history.
-
 Its `expect(runs)` says whether the comparison came out as the scenario
 claims (for example: the baseline fails and the fix does not), so a scenario
 whose baseline did not fail says so instead of passing quietly. Because
 judging reads only the saved histories, `judge_runs` reaches the same outcome
 again from a results directory with no cluster (`python -m harness analyze`).
+
+A run is one image under one configuration (`configs(spec)`, a RunConfig
+each: the image as configured unless the scenario also runs it another way,
+flags on and off, say); the configuration is saved with the run's history.
+A run's facts are a dataclass of the scenario's own (a Facts subclass, the
+type parameter of Scenario), so `expect` reads them as attributes; each field
+names the row it is in the report.
 """
 
 from __future__ import annotations
@@ -46,8 +45,6 @@ from harness.experiment.configs import DYNAMIC_MEMBERSHIP, RunConfig
 from harness.experiment.history import History, clear_histories, history_name
 
 LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log
-
-
 SHOWN_AS = "shown as"  # a Facts field's metadata key: its row in the report
 
 
@@ -65,7 +62,11 @@ class Facts:
 
     def rows(self) -> dict[str, Any]:
         """Display name -> value: what report.json keeps as the run's facts."""
-        return {f.metadata[SHOWN_AS]: getattr(self, f.name) for f in fields(self) if f.metadata}
+        return {
+            f.metadata[SHOWN_AS]: getattr(self, f.name)
+            for f in fields(self)
+            if SHOWN_AS in f.metadata
+        }
 
     def listed(self) -> dict[str, Any]:
         """The rows report.md lists under the run; all of them, unless a
@@ -146,7 +147,7 @@ class Scenario(Generic[F]):
         runs the image under another configuration (flags on and off, say)."""
         return [RunConfig(spec)]
 
-    def config_of(self, history: History) -> RunConfig | None:
+    def config_of(self, history: History) -> RunConfig:
         """The configuration a history was recorded under, from its meta. A
         history saved before runs carried their configuration has only its
         label, which is one of this scenario's configurations on the image it
