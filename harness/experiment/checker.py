@@ -1,6 +1,6 @@
-"""The checker: a recorded History in, a Verdict out, and the markdown tables that
-print verdicts (the spot-notice acceptance table, docs/architecture.md, and the
-side-by-side comparison of images).
+"""The checker: a recorded History in, a Verdict out. How a verdict is printed
+(the spot-notice acceptance table, the side-by-side comparison of images) is
+the report's business.
 
 It judges the record only (Jepsen's split): pure functions over Request and Event
 rows, no I/O, no Docker, no clock. Writing files is the report's job.
@@ -161,11 +161,6 @@ def _by_class(failed: Iterable[Request]) -> dict[str, int]:
     return _largest_first(str(r.error) for r in failed)
 
 
-def record_text(gap: str | None) -> str:
-    """A verdict's record in one cell: complete, or the gap."""
-    return "complete" if gap is None else f"INCOMPLETE: {gap}"
-
-
 def _kind_key(kind: str) -> tuple[int, str]:
     return (_KIND_ORDER.index(kind) if kind in _KIND_ORDER else len(_KIND_ORDER), kind)
 
@@ -311,114 +306,3 @@ def check(
         record_gap=gap,
         t0=t0,
     )
-
-
-# --- formatting -------------------------------------------------------------------
-
-
-def format_percent(rate: float) -> str:
-    """A fraction as a percentage with two significant digits once it is small, so
-    one failure in 69 million reads 0.0000014%, as in the spot-notice acceptance table."""
-    pct = rate * 100
-    if pct == 0:
-        return "0%"
-    decimals = max(2, 1 - math.floor(math.log10(abs(pct))))
-    text = f"{pct:.{decimals}f}".rstrip("0").rstrip(".")
-    return f"{text}%"
-
-
-def _approx(value: float) -> str:
-    # Three significant figures: a mean over runs is a ballpark, and the acceptance
-    # table says so with "~15,100".
-    if value == 0:
-        return "~0"
-    digits = math.floor(math.log10(abs(value)))
-    rounded = round(value, 2 - digits)
-    decimals = max(0, 2 - digits)
-    return f"~{rounded:,.{decimals}f}"
-
-
-def _total_duration(seconds: float) -> str:
-    # Whole minutes read well for long soaks (the acceptance table: "78 min") but would turn a
-    # 100 s scenario into "2 min"; short totals stay in seconds like the rows.
-    return f"{seconds / 60:.0f} min" if seconds >= 600 else f"{seconds:.1f}s"
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}s"
-
-
-def _row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def table(verdicts: list[Verdict]) -> str:
-    """The spot-notice acceptance table: one row per run, then a total row."""
-    lines = [
-        _row(["Run", "Duration", "Requests", "Failures", "RPS", "Result"]),
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    for v in verdicts:
-        lines.append(
-            _row(
-                [
-                    v.label,
-                    f"{v.duration_s:.1f}s",
-                    f"{v.requests:,}",
-                    f"{v.failures:,}",
-                    f"{v.rps:,.2f}",
-                    v.result,
-                ]
-            )
-        )
-    n = len(verdicts)
-    mean_rps = sum(v.rps for v in verdicts) / n if n else 0.0
-    lines.append(
-        _row(
-            [
-                "total",
-                _total_duration(sum(v.duration_s for v in verdicts)),
-                f"{sum(v.requests for v in verdicts):,}",
-                f"{sum(v.failures for v in verdicts):,}",
-                _approx(mean_rps) if n else "-",
-                f"{sum(v.passed for v in verdicts)} / {n}",
-            ]
-        )
-    )
-    return "\n".join(lines)
-
-
-def side_by_side(verdicts: dict[str, Verdict]) -> str:
-    """Runs on different images as columns, keyed by column name (e.g. "stock
-    2.59.0"), so a baseline's failures sit next to the fix's zero."""
-    names = list(verdicts)
-    runs = list(verdicts.values())
-    classes: list[str] = []
-    for v in runs:
-        classes.extend(c for c in v.failures_by_class if c not in classes)
-
-    rows: list[tuple[str, list[str]]] = [
-        ("record", [record_text(v.record_gap) for v in runs]),
-        ("requests", [f"{v.requests:,}" for v in runs]),
-        ("failures", [f"{v.failures:,}" for v in runs]),
-        ("failure rate", [format_percent(v.failure_rate) for v in runs]),
-    ]
-    for cls in classes:
-        rows.append((f"failures: {cls}", [f"{v.failures_by_class.get(cls, 0):,}" for v in runs]))
-    rows += [
-        ("fault windows", [f"{len(v.windows)}" for v in runs]),
-        ("failures in fault windows", [f"{v.failures_in_windows:,}" for v in runs]),
-        ("failures outside any fault", [f"{v.failures_outside:,}" for v in runs]),
-        ("latency p50", [_seconds(v.latency.p50 if v.latency else None) for v in runs]),
-        ("latency p90", [_seconds(v.latency.p90 if v.latency else None) for v in runs]),
-        ("latency p99", [_seconds(v.latency.p99 if v.latency else None) for v in runs]),
-        ("latency p99.9", [_seconds(v.latency.p999 if v.latency else None) for v in runs]),
-        ("latency max", [_seconds(v.latency.max if v.latency else None) for v in runs]),
-        (
-            "result",
-            [f"{v.result} (threshold {format_percent(v.threshold)})" for v in runs],
-        ),
-    ]
-    lines = [_row(["", *names]), "|---|" + "---:|" * len(names)]
-    lines += [_row([name, *cells]) for name, cells in rows]
-    return "\n".join(lines)

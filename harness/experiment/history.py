@@ -42,6 +42,21 @@ CLIENT = "client"  # the client itself raised something unexpected (a bug)
 # cluster (a death reason, a log line, a process list) and judges by.
 OBSERVED = "observed"
 
+# How saved histories are named in a results directory (gzipped ones too).
+HISTORY_GLOB = "history-*.jsonl*"
+
+
+def history_name(label: str) -> str:
+    """The file a run labelled `label` is saved as."""
+    return f"history-{label.replace(' ', '-')}.jsonl"
+
+
+def clear_histories(out_dir: Path) -> None:
+    """Remove an earlier run's histories, which `analyze` would otherwise
+    judge together with the next run's."""
+    for stale in out_dir.glob(HISTORY_GLOB):
+        stale.unlink()
+
 
 @dataclass
 class Request:

@@ -1,26 +1,23 @@
 """The report of a run: report.md for people, report.json for machines, and
 timeline.png to see at a glance when requests failed relative to the faults.
 
-This is the one place that writes reports. It formats verdicts the checker already
-computed; it does not judge anything itself. Raw histories are saved by the caller
-(History.save); report.json holds each run's meta and verdict and, for a scenario,
-its judgement (checks, facts and findings), so that other tools read results
-from it rather than from the markdown.
+This is the one place that writes reports. It formats verdicts the checker
+already computed, including the spot-notice acceptance table
+(docs/architecture.md) and the side-by-side comparison of images; it does not
+judge anything itself. Raw histories are saved by the caller (History.save);
+report.json holds each run's meta and verdict and, for a scenario, its
+judgement (checks, facts and findings), so that other tools read results from
+it rather than from the markdown.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
-from harness.experiment.checker import (
-    FaultWindow,
-    Verdict,
-    format_percent,
-    side_by_side,
-    table,
-)
+from harness.experiment.checker import FaultWindow, Verdict
 from harness.experiment.history import History
 
 MD_NAME = "report.md"
@@ -29,6 +26,119 @@ PNG_NAME = "timeline.png"
 
 # One colour per fault kind, cycled, so the same fault looks the same in every subplot.
 _FAULT_COLOURS = ("tab:orange", "tab:purple", "tab:brown", "tab:olive", "tab:cyan", "tab:pink")
+
+
+def record_text(gap: str | None) -> str:
+    """A verdict's record in one cell: complete, or the gap."""
+    return "complete" if gap is None else f"INCOMPLETE: {gap}"
+
+
+def format_percent(rate: float) -> str:
+    """A fraction as a percentage with two significant digits once it is small, so
+    one failure in 69 million reads 0.0000014%, as in the spot-notice acceptance table."""
+    pct = rate * 100
+    if pct == 0:
+        return "0%"
+    decimals = max(2, 1 - math.floor(math.log10(abs(pct))))
+    text = f"{pct:.{decimals}f}".rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def _approx(value: float) -> str:
+    # Three significant figures: a mean over runs is a ballpark, and the acceptance
+    # table says so with "~15,100".
+    if value == 0:
+        return "~0"
+    digits = math.floor(math.log10(abs(value)))
+    rounded = round(value, 2 - digits)
+    decimals = max(0, 2 - digits)
+    return f"~{rounded:,.{decimals}f}"
+
+
+def _total_duration(seconds: float) -> str:
+    # Whole minutes read well for long soaks (the acceptance table: "78 min") but would turn a
+    # 100 s scenario into "2 min"; short totals stay in seconds like the rows.
+    return f"{seconds / 60:.0f} min" if seconds >= 600 else f"{seconds:.1f}s"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def table(verdicts: list[Verdict]) -> str:
+    """The spot-notice acceptance table: one row per run, then a total row."""
+    lines = [
+        _row(["Run", "Duration", "Requests", "Failures", "RPS", "Result"]),
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for v in verdicts:
+        lines.append(
+            _row(
+                [
+                    v.label,
+                    f"{v.duration_s:.1f}s",
+                    f"{v.requests:,}",
+                    f"{v.failures:,}",
+                    f"{v.rps:,.2f}",
+                    v.result,
+                ]
+            )
+        )
+    n = len(verdicts)
+    mean_rps = sum(v.rps for v in verdicts) / n if n else 0.0
+    lines.append(
+        _row(
+            [
+                "total",
+                _total_duration(sum(v.duration_s for v in verdicts)),
+                f"{sum(v.requests for v in verdicts):,}",
+                f"{sum(v.failures for v in verdicts):,}",
+                _approx(mean_rps) if n else "-",
+                f"{sum(v.passed for v in verdicts)} / {n}",
+            ]
+        )
+    )
+    return "\n".join(lines)
+
+
+def side_by_side(verdicts: dict[str, Verdict]) -> str:
+    """Runs on different images as columns, keyed by column name (e.g. "stock
+    2.59.0"), so a baseline's failures sit next to the fix's zero."""
+    names = list(verdicts)
+    runs = list(verdicts.values())
+    classes: list[str] = []
+    for v in runs:
+        classes.extend(c for c in v.failures_by_class if c not in classes)
+
+    rows: list[tuple[str, list[str]]] = [
+        ("record", [record_text(v.record_gap) for v in runs]),
+        ("requests", [f"{v.requests:,}" for v in runs]),
+        ("failures", [f"{v.failures:,}" for v in runs]),
+        ("failure rate", [format_percent(v.failure_rate) for v in runs]),
+    ]
+    for cls in classes:
+        rows.append((f"failures: {cls}", [f"{v.failures_by_class.get(cls, 0):,}" for v in runs]))
+    rows += [
+        ("fault windows", [f"{len(v.windows)}" for v in runs]),
+        ("failures in fault windows", [f"{v.failures_in_windows:,}" for v in runs]),
+        ("failures outside any fault", [f"{v.failures_outside:,}" for v in runs]),
+        ("latency p50", [_seconds(v.latency.p50 if v.latency else None) for v in runs]),
+        ("latency p90", [_seconds(v.latency.p90 if v.latency else None) for v in runs]),
+        ("latency p99", [_seconds(v.latency.p99 if v.latency else None) for v in runs]),
+        ("latency p99.9", [_seconds(v.latency.p999 if v.latency else None) for v in runs]),
+        ("latency max", [_seconds(v.latency.max if v.latency else None) for v in runs]),
+        (
+            "result",
+            [f"{v.result} (threshold {format_percent(v.threshold)})" for v in runs],
+        ),
+    ]
+    lines = [_row(["", *names]), "|---|" + "---:|" * len(names)]
+    lines += [_row([name, *cells]) for name, cells in rows]
+    return "\n".join(lines)
 
 
 def write_report(

@@ -13,15 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.experiment.history import History
+from harness.experiment.history import HISTORY_GLOB, History
 from harness.scenarios import SCENARIOS
-from harness.scenarios.base import (
-    HISTORY_GLOB,
-    ImageRun,
-    Scenario,
-    ScenarioOutcome,
-    judge_runs,
-)
+from harness.scenarios.base import Facts, ImageRun, Scenario, ScenarioOutcome, judge_runs
 
 ANALYSIS_DIR = "analysis"  # where a re-judged report goes, beside the histories
 
@@ -33,6 +27,13 @@ class Recorded(Scenario):
 
     def __init__(self, title: str = "Saved histories, judged again") -> None:
         self.title = title
+
+    def config_of(self, history: History) -> None:
+        """None: these runs were not configured by a scenario."""
+        return None
+
+    def judge(self, config: None, history: History) -> ImageRun[Facts]:
+        return ImageRun(history.meta["label"], history, Facts())
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
         claimed = [r for r in runs.values() if r.history.meta.get("claim", True)]

@@ -2,19 +2,27 @@
 from its recorded history, comparing the runs against the scenario's
 expectation, and writing one report.
 
-A scenario is a class with a `name`, default `images`, and two halves:
+A scenario is a class with a `name`, the images it `runs_on` by default, and
+two halves:
 
-    run_once(image, label) -> History   the live half: cluster, load, faults,
-                                        and everything read from the cluster
-                                        recorded as observations
-    judge(label, history) -> ImageRun   the judging half: facts and checks
-                                        from the history alone
+    run_once(image, config) -> History   the live half: cluster, load, faults,
+                                         and everything read from the cluster
+                                         recorded as observations
+    judge(config, history) -> ImageRun   the judging half: facts and checks
+                                         from the history alone
 
 Its `expect(runs)` says whether the comparison came out as the scenario
 claims (for example: the baseline fails and the fix does not), so a scenario
 whose baseline did not fail says so instead of passing quietly. Because
 judging reads only the saved histories, `judge_runs` reaches the same outcome
 again from a results directory with no cluster (`python -m harness analyze`).
+
+A run is one image under one configuration (`configs(spec)`, a RunConfig
+each: the image as configured unless the scenario also runs it another way,
+flags on and off, say); the configuration is saved with the run's history.
+A run's facts are a dataclass of the scenario's own (a Facts subclass, the
+type parameter of Scenario), so `expect` reads them as attributes; each field
+names the row it is in the report.
 """
 
 from __future__ import annotations
@@ -23,27 +31,60 @@ import asyncio
 import inspect
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from harness.cluster import images
 from harness.cluster.cluster import Cluster, Node
+from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
-from harness.experiment.history import History
+from harness.experiment.configs import DYNAMIC_MEMBERSHIP, RunConfig
+from harness.experiment.history import History, clear_histories, history_name
 
-HISTORY_GLOB = "history-*.jsonl*"  # gzipped ones too
 LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log
+SHOWN_AS = "shown as"  # a Facts field's metadata key: its row in the report
+
+
+def fact(shown_as: str, **kwargs: Any) -> Any:
+    """A field of a Facts dataclass, shown in the report as `shown_as`."""
+    return field(metadata={SHOWN_AS: shown_as}, **kwargs)
 
 
 @dataclass
-class ImageRun:
+class Facts:
+    """A scenario's measurements of one run. Every field declared with
+    `fact(...)` is one row of the report, in field order; a scenario whose rows
+    depend on the run (one per ladder, say) overrides `rows`. This base has
+    none: a run judged by its failure-rate verdict alone."""
+
+    def rows(self) -> dict[str, Any]:
+        """Display name -> value: what report.json keeps as the run's facts."""
+        return {
+            f.metadata[SHOWN_AS]: getattr(self, f.name)
+            for f in fields(self)
+            if SHOWN_AS in f.metadata
+        }
+
+    def listed(self) -> dict[str, Any]:
+        """The rows report.md lists under the run; all of them, unless a
+        scenario tables some on their own."""
+        return self.rows()
+
+
+F = TypeVar("F", bound=Facts)
+
+
+@dataclass
+class ImageRun(Generic[F]):
     label: str  # e.g. "2.60.0-patched"
     history: History
+    facts: F
+    # What the run's nodes ran; None for a history recorded outside any scenario (the soak's).
+    config: RunConfig | None = None
     verdict: checker.Verdict | None = None
-    # Scenario-specific measurements, e.g. {"failures per event": [10, 10]}.
-    facts: dict = field(default_factory=dict)
     # (what was checked, did it hold), e.g. ("death reason is PREEMPTED", True).
     checks: list[tuple[str, bool]] = field(default_factory=list)
     wall_s: float = 0.0
@@ -63,45 +104,35 @@ class ScenarioOutcome:
     wall_s: float
 
 
-def stock_and_patched() -> list[images.ImageSpec]:
-    """The pinned release, stock and patched: the images of a scenario whose
-    baseline is the same release without the patches."""
-    version = load_pin().ray.version
-    return [images.ImageSpec(version, "stock"), images.ImageSpec(version, "patched")]
+# A scenario's default image, by release of the pin and flavor: "ray" is the
+# pinned release, "baseline" the earlier one it is compared with.
+BASELINE_STOCK = ("baseline", "stock")
+STOCK = ("ray", "stock")
+PATCHED = ("ray", "patched")
 
 
-# The patched image's configurations in the HAProxy scenarios, by the suffix
-# of a run's label: as configured, and with dynamic membership (the head's
-# HAProxy follows replica changes without a reload).
-PATCHED_CONFIGS = {"": {}, "dynamic membership": {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1"}}
+def with_dynamic_membership(spec: images.ImageSpec, dynamic: bool = True) -> list[RunConfig]:
+    """The runs of `spec` in the HAProxy scenarios: as configured, and on the
+    patched image (if `dynamic`) also with dynamic membership, where the head's
+    HAProxy follows replica changes without a reload."""
+    configs = [RunConfig(spec)]
+    if dynamic and spec.flavor == "patched":
+        configs.append(RunConfig(spec, "dynamic membership", DYNAMIC_MEMBERSHIP))
+    return configs
 
 
-def patched_config_labels(spec: images.ImageSpec, dynamic: bool = True) -> list[str]:
-    """The runs of `spec`: one per PATCHED_CONFIGS entry on the patched image
-    (without dynamic membership if `dynamic` is False), one on any other."""
-    if spec.flavor != "patched":
-        return [str(spec)]
-    return [f"{spec} {suffix}".strip() for suffix in PATCHED_CONFIGS if dynamic or not suffix]
-
-
-def patched_config_env(label: str) -> dict[str, str]:
-    """The extra node environment of the run labelled `label`."""
-    return next(
-        (env for suffix, env in PATCHED_CONFIGS.items() if suffix and label.endswith(suffix)), {}
-    )
-
-
-class Scenario:
+class Scenario(Generic[F]):
     name = ""
     title = ""
+    # The images it runs on when none are given, baseline first: the earlier
+    # release as shipped against the pinned one patched, unless the scenario's
+    # baseline is the same release without the patches (STOCK, PATCHED).
+    runs_on: tuple[tuple[str, str], ...] = (BASELINE_STOCK, PATCHED)
 
-    @staticmethod
-    def default_images() -> list[images.ImageSpec]:
+    def default_images(self) -> list[images.ImageSpec]:
         pin = load_pin()
-        return [
-            images.ImageSpec(pin.baseline.version, "stock"),
-            images.ImageSpec(pin.ray.version, "patched"),
-        ]
+        releases = {"ray": pin.ray, "baseline": pin.baseline}
+        return [images.ImageSpec(releases[r].version, flavor) for r, flavor in self.runs_on]
 
     @property
     def options(self) -> dict:
@@ -111,20 +142,43 @@ class Scenario:
         names = list(inspect.signature(type(self)).parameters)
         return {name: getattr(self, name) for name in names}
 
-    def labels(self, spec: images.ImageSpec) -> list[str]:
-        """The runs on one image, by label: one, unless a scenario also runs an
-        image under another configuration (flags on and off, say)."""
-        return [str(spec)]
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
+        """The runs on one image: one, as configured, unless a scenario also
+        runs the image under another configuration (flags on and off, say)."""
+        return [RunConfig(spec)]
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def config_of(self, history: History) -> RunConfig:
+        """The configuration a history was recorded under, from its meta. A
+        history saved before runs carried their configuration has only its
+        label, which is one of this scenario's configurations on the image it
+        names."""
+        meta = history.meta
+        if "config" in meta:
+            return RunConfig.from_meta(meta["config"])
+        label = meta["label"]
+        spec = label.split(" ")[0]
+        try:
+            known = self.configs(images.ImageSpec.parse(spec))
+        except HarnessError:
+            known = []
+        found = next((c for c in known if c.label == label), None)
+        if found is None:
+            runs = ", ".join(c.label for c in known) or f"none on {spec!r}"
+            raise HarnessError(
+                f"the run {label!r} records no configuration and is not one of "
+                f"{self.name}'s runs ({runs}); it was saved by another version of the harness."
+            )
+        return found
+
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         raise NotImplementedError
 
-    def judge(self, label: str, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun[F]:
         """Facts and checks of one run, from its history alone. The default
         has none: the run is judged by its failure-rate verdict."""
-        return ImageRun(label, history)
+        return ImageRun(config.label, history, Facts(), config)
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[F]]) -> tuple[bool, list[str]]:
         """Default: the last image (the fix) passes, and some earlier one fails;
         a baseline that does not fail proves nothing, which is said aloud."""
         *baselines, fixed = runs.values()
@@ -139,14 +193,14 @@ class Scenario:
             )
         return fixed.passed and (baseline_failed or not baselines), findings
 
-    def sections(self, runs: dict[str, ImageRun]) -> dict[str, str]:
+    def sections(self, runs: dict[str, ImageRun[F]]) -> dict[str, str]:
         """Extra markdown for the report: facts and checks per image."""
         lines = []
         for run in runs.values():
             lines.append(f"**{run.label}** ({run.wall_s:.0f} s)")
             for what, ok in run.checks:
                 lines.append(f"- {'✔' if ok else '✘'} {what}")
-            for key, value in run.facts.items():
+            for key, value in run.facts.listed().items():
                 lines.append(f"- {key}: {value}")
             lines.append("")
         return {"Checks and measurements": "\n".join(lines)}
@@ -179,17 +233,6 @@ def haproxy_starts(history: History) -> list[tuple[float, set[int]]]:
     return [
         (t, pids - before) for (_, before), (t, pids) in itertools.pairwise(seen) if pids - before
     ]
-
-
-def history_name(label: str) -> str:
-    return f"history-{label.replace(' ', '-')}.jsonl"
-
-
-def clear_histories(out_dir: Path) -> None:
-    """Remove an earlier run's histories, which `analyze` would otherwise
-    judge together with the next run's."""
-    for stale in out_dir.glob(HISTORY_GLOB):
-        stale.unlink()
 
 
 def observe_log_lines(
@@ -225,16 +268,18 @@ def run_scenario(
     tags = {spec: images.ensure_node_image(spec) for spec in specs}
     histories: list[History] = []
     for spec, tag in tags.items():
-        for label in scenario.labels(spec):
+        for config in scenario.configs(spec):
+            label = config.label
             print(
                 f"scenario {scenario.name}: running on {label} "
                 f"({time.monotonic() - started:.0f}s so far)",
                 flush=True,
             )
             t = time.monotonic()
-            history = scenario.run_once(tag, label)
+            history = scenario.run_once(tag, config)
             history.meta.update(
                 label=label,
+                config=config.to_meta(),
                 image=tag,
                 scenario=scenario.name,
                 options=scenario.options,
@@ -263,14 +308,13 @@ def judge_runs(
     were judged."""
     runs: dict[str, ImageRun] = {}
     for history in sorted(histories, key=lambda h: h.meta.get("order", 0)):
-        label = history.meta["label"]
-        run = scenario.judge(label, history)
+        run = scenario.judge(scenario.config_of(history), history)
         run.verdict = checker.check(history)
         run.wall_s = float(history.meta.get("wall_s", 0.0))
         gap = run.verdict.record_gap
         complete = f"{history.scheduled:,} requests scheduled, each with one row"
         run.checks.insert(0, (f"the record is complete: {gap or complete}", gap is None))
-        runs[label] = run
+        runs[run.label] = run
     as_expected, findings = scenario.expect(runs)
     incomplete = [run.label for run in runs.values() if run.verdict.record_gap]
     if incomplete:
@@ -291,7 +335,7 @@ def judge_runs(
                 "passed": run.passed,
                 "wall_s": run.wall_s,
                 "checks": [{"what": what, "held": ok} for what, ok in run.checks],
-                "facts": run.facts,
+                "facts": run.facts.rows(),
             }
             for run in runs.values()
         },

@@ -20,26 +20,34 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
-from harness.cluster import appconfigs
-from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.cluster import appconfigs, images
+from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH, RunConfig
+from harness.experiment.health import (
+    PERIOD_S,
+    PROBES,
+    TIMEOUT_S,
+    UNHEALTHY,
+    wait_for_unhealthy,
+    wait_replaced,
+)
 from harness.experiment.history import History
 from harness.experiment.load import LoadSpec, open_loop
 from harness.experiment.nemesis import controller_lag, fail_health_check
-from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
+from harness.scenarios.base import (
+    PATCHED,
+    STOCK,
+    F,
+    Facts,
+    ImageRun,
+    Scenario,
+    fact,
+    logged,
+    observe_log_lines,
+)
 
-PERIOD_S = 2.0
-TIMEOUT_S = 2.0
-METRICS_PORT = 8090
-PROBES = "ray_serve_health_check_latency_ms_count"
-# Logged both for a strike (a probe timeout: "Didn't receive health check
-# response ... marking it unhealthy") and for the verdict ("... failed the health
-# check 3 times in a row, marking it unhealthy").
-UNHEALTHY = "marking it unhealthy"
-# Only the verdicts: a replica that failed `threshold` checks, or whose actor
-# crashed. Both replace it; a single strike does not.
-VERDICTS = ["times in a row, marking it unhealthy", "crashed, marking it unhealthy"]
-PUSH_ENV = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 # Observations: when the controller logged the failing replica unhealthy and
 # when it was gone from the alive replicas (None: not within the wait), the
 # replica names around a lag, and the probe rate before and after a pause.
@@ -49,54 +57,41 @@ REPLICAS_BEFORE, REPLICAS_AFTER = "replicas before", "replicas after"
 PROBE_RATE = "probes per period"
 
 
-def wait_for_unhealthy(
-    cluster: Cluster, replica: str | None, since: float, timeout_s: float
-) -> float | None:
-    """When the controller decided that a replica (any, if None) is unhealthy,
-    after `since`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for stamp, line in cluster.log_lines(cluster.head, VERDICTS):
-            if stamp >= since and (replica is None or replica in line):
-                return stamp
-        time.sleep(1)
-    return None
+@dataclass
+class FailureFacts(Facts):
+    detect: str = fact("time to detect")  # "6.0 s" or "not detected"
+    replace: str = fact("time to replace")  # "38.7 s" or "not replaced"
+    detect_s: float | None = fact("detect_s")
 
 
-def wait_replaced(
-    cluster: Cluster, app: str, replicas: int, gone: set[str], timeout_s: float
-) -> float | None:
-    """When the app's Echo deployment ran `replicas` alive replicas again, none of
-    them one in `gone` (None if not within `timeout_s`): a replaced replica is
-    gone only once its actor exited, not when the controller decided."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = cluster.replica_names(app, "Echo")
-        if len(alive) == replicas and not any(r in name for r in gone for name in alive):
-            return time.time()
-        time.sleep(1)
-    return None
+@dataclass
+class LagFacts(Facts):
+    false_kills: int = fact("false strikes or kills logged")
+    replaced: int = fact("replicas replaced")
 
 
-class _HealthScenario(Scenario):
+@dataclass
+class StuckFacts(Facts):
+    probes_before: float = fact("probes per period before the pause")
+    probes_after: float = fact("probes per period after it")
+
+
+class _HealthScenario(Scenario[F]):
     replicas = 2
 
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)
 
-    def _env(self, label: str) -> dict[str, str]:
-        return dict(PUSH_ENV) if label.endswith("patched") else {}
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
+        """Push-based health on the patched image: what it is compared for."""
+        return [RunConfig(spec, env=PUSH_HEALTH if spec.flavor == "patched" else {})]
 
-    def _cluster(self, tag: str, label: str, extra_env: dict | None = None) -> Cluster:
+    def _cluster(self, tag: str, config: RunConfig, extra_env: dict | None = None) -> Cluster:
         return Cluster(
             ClusterConfig(
                 image=tag,
                 name=f"rayspot-{self.name.replace('_', '-')}",
                 workers=1,
-                env={
-                    **self._env(label),
-                    "RAY_metrics_report_interval_ms": "1000",
-                    **(extra_env or {}),
-                },
+                env={**config.env, **FAST_METRICS, **(extra_env or {})},
                 worker_resources={"w": 10},
                 metrics_port=METRICS_PORT,
             )
@@ -117,13 +112,13 @@ class _HealthScenario(Scenario):
         cluster.wait_lb_ready()
 
 
-class HealthFailure(_HealthScenario):
+class HealthFailure(_HealthScenario[FailureFacts]):
     name = "health_failure"
     title = "A replica's health check starts failing (push-based health)"
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        with self._cluster(image_tag, label) as cluster:
+        with self._cluster(image_tag, config) as cluster:
             self._deploy(cluster)
 
             async def main():
@@ -151,36 +146,36 @@ class HealthFailure(_HealthScenario):
             asyncio.run(main())
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun[FailureFacts]:
         flip = next(e for e in history.events if e.fault == "health_failure")
         replica, flipped = flip.target, flip.time
         detected, replaced = history.value(DETECTED), history.value(REPLACED)
-        run = ImageRun(label, history)
-        run.facts["time to detect"] = f"{detected - flipped:.1f} s" if detected else "not detected"
-        run.facts["time to replace"] = f"{replaced - flipped:.1f} s" if replaced else "not replaced"
-        run.facts["detect_s"] = detected - flipped if detected else None
-        run.checks.append(
-            (f"replica {replica} detected unhealthy and replaced", bool(detected and replaced))
+        facts = FailureFacts(
+            detect=f"{detected - flipped:.1f} s" if detected else "not detected",
+            replace=f"{replaced - flipped:.1f} s" if replaced else "not replaced",
+            detect_s=detected - flipped if detected else None,
         )
-        return run
+        checks = [
+            (f"replica {replica} detected unhealthy and replaced", bool(detected and replaced))
+        ]
+        return ImageRun(config.label, history, facts, config, checks=checks)
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[FailureFacts]]) -> tuple[bool, list[str]]:
         findings = [
-            f"{r.label}: detect {r.facts['time to detect']}, replace {r.facts['time to replace']}"
-            for r in runs.values()
+            f"{r.label}: detect {r.facts.detect}, replace {r.facts.replace}" for r in runs.values()
         ]
         replaced = all(ok for r in runs.values() for _, ok in r.checks)
         return replaced, findings
 
 
-class ControllerLag(_HealthScenario):
+class ControllerLag(_HealthScenario[LagFacts]):
     name = "controller_lag"
     title = "Controller lag: SIGSTOP/SIGCONT cycles on the Serve controller (push-based health)"
     cycles, stop_s, run_s = 4, 6.0, 2.0
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        with self._cluster(image_tag, label) as cluster:
+        with self._cluster(image_tag, config) as cluster:
             self._deploy(cluster)
             history.observe(
                 REPLICAS_BEFORE, sorted(cluster.replica_names("echo", "Echo")), time.time()
@@ -212,39 +207,36 @@ class ControllerLag(_HealthScenario):
             )
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun[LagFacts]:
         started = history.observed(REPLICAS_BEFORE)[0].time
         killed = logged(history, "head", UNHEALTHY, since=started)
         before, after = set(history.value(REPLICAS_BEFORE)), set(history.value(REPLICAS_AFTER))
-        run = ImageRun(label, history)
-        run.facts["false strikes or kills logged"] = len(killed)
-        run.facts["replicas replaced"] = len(before - after)
-        run.checks.append(("no replica falsely killed", not killed and before == after))
-        return run
+        facts = LagFacts(false_kills=len(killed), replaced=len(before - after))
+        checks = [("no replica falsely killed", not killed and before == after)]
+        return ImageRun(config.label, history, facts, config, checks=checks)
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[LagFacts]]) -> tuple[bool, list[str]]:
         *baselines, push = runs.values()
         findings = [
-            f"{r.label}: {r.facts['false strikes or kills logged']} false strikes or kills logged"
-            for r in runs.values()
+            f"{r.label}: {r.facts.false_kills} false strikes or kills logged" for r in runs.values()
         ]
-        if baselines and all(r.facts["false strikes or kills logged"] == 0 for r in baselines):
+        if baselines and all(r.facts.false_kills == 0 for r in baselines):
             findings.append(
                 "stock killed no replica either: at these timings the lag does "
                 "not hurt pull, so this run shows no difference"
             )
-        return push.facts["false strikes or kills logged"] == 0, findings
+        return push.facts.false_kills == 0, findings
 
 
-class StuckReceiver(_HealthScenario):
+class StuckReceiver(_HealthScenario[StuckFacts]):
     name = "stuck_receiver"
     title = "Controller paused longer than RAY_SERVE_METRICS_PUSH_STUCK_S (push-based health)"
     stuck_s, pause_s = 4.0, 12.0
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
         env = {"RAY_SERVE_METRICS_PUSH_STUCK_S": f"{self.stuck_s:g}"}
-        with self._cluster(image_tag, label, env) as cluster:
+        with self._cluster(image_tag, config, env) as cluster:
             self._deploy(cluster)
             time.sleep(3 * PERIOD_S)
             history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="before")
@@ -269,13 +261,12 @@ class StuckReceiver(_HealthScenario):
             history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="after")
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
+    def judge(self, config: RunConfig, history: History) -> ImageRun[StuckFacts]:
         before = history.observed(PROBE_RATE, "before")[-1].detail["value"]
         after = history.observed(PROBE_RATE, "after")[-1].detail["value"]
-        run = ImageRun(label, history)
-        run.facts["probes per period before the pause"] = round(before, 2)
-        run.facts["probes per period after it"] = round(after, 2)
-        if label.endswith("patched"):
+        facts = StuckFacts(probes_before=round(before, 2), probes_after=round(after, 2))
+        run = ImageRun(config.label, history, facts, config)
+        if config.sets(PUSH_HEALTH):
             # Push keeps the probes away while reports arrive; a replica silenced
             # for good would be probed every period again, like stock.
             run.checks.append(
@@ -292,12 +283,11 @@ class StuckReceiver(_HealthScenario):
         time.sleep(window_s)
         return (cluster.metric_total(PROBES) - first) / (window_s / PERIOD_S)
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[StuckFacts]]) -> tuple[bool, list[str]]:
         *_, push = runs.values()
         findings = [
-            f"{r.label}: probes per period before "
-            f"{r.facts['probes per period before the pause']}, after "
-            f"{r.facts['probes per period after it']}"
+            f"{r.label}: probes per period before {r.facts.probes_before}, "
+            f"after {r.facts.probes_after}"
             for r in runs.values()
         ]
         return push.passed, findings

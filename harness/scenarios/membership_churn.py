@@ -27,25 +27,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER, MEMBERSHIP_CHURN, RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import LoadSpec, Mix, open_loop
-from harness.scenarios.base import ImageRun, Scenario, stock_and_patched
+from harness.scenarios.base import PATCHED, STOCK, Facts, ImageRun, Scenario, fact
 
-HARD_STOP_AFTER_S = 3
-LONG_S = 4.0
-ENV = {
-    "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(HARD_STOP_AFTER_S),
-    # Removed replicas go quickly, so the churn never runs out of room for new ones.
-    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
-}
-FLAGS_ON = {
-    "RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1",
-    "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1",
-}
-FLAGS_ON_LABEL, FLAGS_OFF_LABEL = "flags on", "flags off"
+LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
 # Observations: the head's HAProxy pids before the churn and every 0.5 s during
 # it, and the in-cluster churn driver's own record of the changes it made.
 PIDS_BEFORE, PIDS_SEEN, CHURN = "haproxy pids before", "haproxy pids", "churn"
@@ -77,7 +68,15 @@ def _apps(replicas: int) -> dict:
     return appconfigs.deploy_config(*apps)
 
 
-class MembershipChurn(Scenario):
+@dataclass
+class ChurnFacts(Facts):
+    changes: int = fact("membership changes")
+    idle_ticks: int = fact("seconds with no settled app to change")
+    started: int = fact("HAProxy processes started on the head")
+    reloads_per_change: float = fact("reloads per change")
+
+
+class MembershipChurn(Scenario[ChurnFacts]):
     name = "membership_churn"
     title = "A replica swapped every second under keep-alive load"
 
@@ -91,37 +90,44 @@ class MembershipChurn(Scenario):
         self.duration_s, self.interval_s = duration_s, interval_s
         self.rate, self.connections = rate, connections
 
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)
 
-    def labels(self, spec: images.ImageSpec) -> list[str]:
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
         if spec.flavor == "patched":
-            return [f"{spec} {FLAGS_OFF_LABEL}", f"{spec} {FLAGS_ON_LABEL}"]
-        return [str(spec)]
+            return [
+                RunConfig(spec, "flags off"),
+                RunConfig(spec, "flags on", DYNAMIC_MEMBERSHIP_MASTER_WORKER),
+            ]
+        return [RunConfig(spec)]
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        env = {**ENV, **(FLAGS_ON if label.endswith(FLAGS_ON_LABEL) else {})}
-        config = ClusterConfig(
-            image=image_tag, name="rayspot-churn", workers=1, env=env, worker_resources={"w": 10}
+        cluster_config = ClusterConfig(
+            image=image_tag,
+            name="rayspot-churn",
+            workers=1,
+            env={**MEMBERSHIP_CHURN, **config.env},
+            worker_resources={"w": 10},
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             cluster.deploy(_apps(LOW))
             history.observe(PIDS_BEFORE, sorted(cluster.haproxy_pids(cluster.head)), time.time())
             asyncio.run(self._churn(cluster, history))
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun[ChurnFacts]:
         churn = history.value(CHURN)
         before = set(history.value(PIDS_BEFORE))
         seen = {pid for e in history.observed(PIDS_SEEN) for pid in e.detail["value"]}
         started = sorted(seen - before)
         changes = churn["changes"]
-        run.facts["membership changes"] = len(changes)
-        run.facts["seconds with no settled app to change"] = churn["idle_ticks"]
-        run.facts["HAProxy processes started on the head"] = len(started)
-        run.facts["reloads per change"] = round(len(started) / max(len(changes), 1), 2)
-        return run
+        facts = ChurnFacts(
+            changes=len(changes),
+            idle_ticks=churn["idle_ticks"],
+            started=len(started),
+            reloads_per_change=round(len(started) / max(len(changes), 1), 2),
+        )
+        return ImageRun(config.label, history, facts, config)
 
     async def _churn(self, cluster: Cluster, history: History) -> None:
         spec = LoadSpec(
@@ -174,18 +180,18 @@ class MembershipChurn(Scenario):
         done.set()
         await sampler
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[ChurnFacts]]) -> tuple[bool, list[str]]:
         findings, ok = [], True
         for run in runs.values():
             failures = run.verdict.failures
             findings.append(
                 f"{run.label}: {failures} of {run.verdict.requests} requests failed "
                 f"({dict(run.verdict.failures_by_class) or 'none'}); "
-                f"{run.facts['HAProxy processes started on the head']} HAProxy processes "
-                f"started for {run.facts['membership changes']} membership changes"
+                f"{run.facts.started} HAProxy processes "
+                f"started for {run.facts.changes} membership changes"
             )
-            if run.label.endswith(FLAGS_ON_LABEL):
-                ok &= failures == 0 and run.facts["HAProxy processes started on the head"] == 0
+            if run.config.sets(DYNAMIC_MEMBERSHIP_MASTER_WORKER):
+                ok &= failures == 0 and run.facts.started == 0
             elif failures == 0:
                 ok = False
                 findings.append(

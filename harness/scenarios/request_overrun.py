@@ -17,41 +17,60 @@ which is why ordering B puts the replica's bound first.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
-from harness.cluster import appconfigs, images
+from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.core.pin import load_pin
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, send
-from harness.scenarios.base import ImageRun, Scenario
+from harness.scenarios.base import STOCK, Facts, ImageRun, Scenario
 
 OVERRUN_S, CONTROL_S = 4.0, 1.0
 # name -> (request_timeout_s, RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S, expected status)
 LADDERS = {"B holds": (3.0, 5, 408), "B violated": (5.0, 3, 500)}
 
 
-class RequestOverrun(Scenario):
+@dataclass
+class Overruns:
+    """How one ladder answered the requests that overran it."""
+
+    statuses: list  # distinct statuses, sorted (None: no answer)
+    answered_after: str  # "min-max s" of their latency, "-" with none
+
+
+@dataclass
+class OverrunFacts(Facts):
+    ladders: dict[str, Overruns] = field(default_factory=dict)
+
+    def rows(self) -> dict:
+        rows = {}
+        for ladder, overruns in self.ladders.items():
+            rows[f"{ladder}: overrun statuses"] = overruns.statuses
+            rows[f"{ladder}: overrun answered after"] = overruns.answered_after
+        return rows
+
+
+class RequestOverrun(Scenario[OverrunFacts]):
     name = "request_overrun"
     title = "A request that overruns its budget: 408 from the replica or 500 from HAProxy"
 
     def __init__(self, requests: int = 10) -> None:
         self.requests = requests
 
-    @staticmethod
-    def default_images() -> list[images.ImageSpec]:
-        return [images.ImageSpec(load_pin().ray.version, "stock")]
+    runs_on = (STOCK,)
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         # The ladders and the status each should give, as they were for this run.
         history = History({"ladders": LADDERS})
         for ladder, (request_timeout_s, timeout_server_s, _) in LADDERS.items():
-            config = ClusterConfig(
+            cluster_config = ClusterConfig(
                 image=image_tag,
                 name="rayspot-overrun",
                 workers=1,
-                env={"RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(timeout_server_s)},
+                env={"RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": str(timeout_server_s), **config.env},
             )
-            with Cluster(config) as cluster:
+            with Cluster(cluster_config) as cluster:
                 cluster.deploy(
                     appconfigs.deploy_config(
                         # Room for every request at once: a queued control would
@@ -65,19 +84,19 @@ class RequestOverrun(Scenario):
                 asyncio.run(self._send(cluster.head.ip, ladder, history))
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun[OverrunFacts]:
+        run = ImageRun(config.label, history, OverrunFacts(), config)
         for ladder, (request_timeout_s, timeout_server_s, expected) in history.meta[
             "ladders"
         ].items():
             overruns = [r for r in history.requests if r.kind == f"overrun, {ladder}"]
             controls = [r for r in history.requests if r.kind == f"control, {ladder}"]
             statuses = sorted({r.status for r in overruns}, key=str)
-            run.facts[f"{ladder}: overrun statuses"] = statuses
-            run.facts[f"{ladder}: overrun answered after"] = (
+            run.facts.ladders[ladder] = Overruns(
+                statuses,
                 f"{min(r.latency for r in overruns):.2f}-{max(r.latency for r in overruns):.2f} s"
                 if overruns
-                else "-"
+                else "-",
             )
             run.checks.append(
                 (
@@ -112,7 +131,7 @@ class RequestOverrun(Scenario):
             for conn in conns:
                 conn.close()
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[OverrunFacts]]) -> tuple[bool, list[str]]:
         # The overruns are failures to the client by design; what is judged is
         # which status each ladder produces.
         findings = [
@@ -123,6 +142,6 @@ class RequestOverrun(Scenario):
         findings += [
             f"{run.label}: {key}: {value}"
             for run in runs.values()
-            for key, value in run.facts.items()
+            for key, value in run.facts.rows().items()
         ]
         return all(ok for run in runs.values() for _, ok in run.checks), findings

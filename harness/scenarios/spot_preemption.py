@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop
 from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
-from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines
+from harness.scenarios.base import Facts, ImageRun, Scenario, fact, logged, observe_log_lines
 
 PREEMPTED = "AUTOSCALER_DRAIN_PREEMPTED"
 LEAD_S = 5.0  # steady load before the notice
@@ -50,7 +52,19 @@ LOG_ROWS = [
 ]
 
 
-class SpotPreemption(Scenario):
+@dataclass
+class SpotFacts(Facts):
+    ladder: str = fact("ladder (scaled)")  # as it ran: the ladder's defaults may change
+    death: dict | None = fact("death")  # the GCS's record of the node, None if not dead in time
+    # (event, when it happened or None if not seen), from the notice to the kill
+    timeline: list[tuple[str, float | None]] = fact("timeline")
+
+    def listed(self) -> dict:
+        # report.md tables the timeline of every run side by side instead.
+        return {k: v for k, v in self.rows().items() if k != "timeline"}
+
+
+class SpotPreemption(Scenario[SpotFacts]):
     name = "spot_preemption"
     title = "Spot preemption under mixed load, spot-notice ladder"
 
@@ -58,14 +72,14 @@ class SpotPreemption(Scenario):
         self.ladder = Ladder().scaled(scale)
         self.scale, self.rate = scale, rate
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         ladder = self.ladder
         history = History({"ladder_scale": self.scale, "ladder": self._ladder_text()})
-        config = ClusterConfig(
+        cluster_config = ClusterConfig(
             image=image_tag,
             name="rayspot-spot",
             workers=2,
-            env=ladder.node_env(),
+            env={**ladder.node_env(), **config.env},
             worker_resources={"w": 10},
         )
         app = appconfigs.deploy_config(
@@ -80,7 +94,7 @@ class SpotPreemption(Scenario):
             ),
             http_options=ladder.http_options(),
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
             target, target_id, replicas = preemption_target(cluster)
@@ -142,8 +156,7 @@ class SpotPreemption(Scenario):
         await load
         return outcome, await healthz
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun[SpotFacts]:
         target, outcome = history.value(TARGET), history.value(PREEMPTION)
         replicas, after = target["replicas"], history.value(REPLICAS_AFTER)
         death, exited_at = history.value(DEATH), history.value(EXITED)
@@ -153,7 +166,7 @@ class SpotPreemption(Scenario):
         retired = [a for a in after if a["state"] == "DEAD" and a["end"] and a["end"] <= gone_by]
         reason = death.get("DeathReason") if death else None
         target = target["name"]
-        run.checks += [
+        checks = [
             (
                 f"{target} held {len(replicas)} replicas, and every one retired before the "
                 f"node went away",
@@ -162,9 +175,6 @@ class SpotPreemption(Scenario):
             (f"death reason {reason} is {PREEMPTED}", str(reason) == PREEMPTED),
             ("the node was not killed before its drain deadline", killed >= deadline - 0.05),
         ]
-        # As it ran: the ladder's defaults may have changed since.
-        run.facts["ladder (scaled)"] = history.meta["ladder"]
-        run.facts["death"] = death
         rows = [
             ("notice (T0)", t0),
             ("drain sent (GCS, PREEMPTION, deadline)", outcome["drain"]["sent"]),
@@ -185,18 +195,18 @@ class SpotPreemption(Scenario):
                 killed,
             )
         )
-        run.facts["timeline"] = rows
-        return run
+        facts = SpotFacts(ladder=history.meta["ladder"], death=death, timeline=rows)
+        return ImageRun(config.label, history, facts, config, checks=checks)
 
-    def sections(self, runs):
-        sections = super().sections({k: _without_timeline(r) for k, r in runs.items()})
+    def sections(self, runs: dict[str, ImageRun[SpotFacts]]) -> dict[str, str]:
+        sections = super().sections(runs)
         lines = ["| event | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
-        first = next(iter(runs.values())).facts["timeline"]
+        first = next(iter(runs.values())).facts.timeline
         for index, (title, _) in enumerate(first):
             cells = []
             for run in runs.values():
-                t0 = run.facts["timeline"][0][1]
-                stamp = run.facts["timeline"][index][1]
+                t0 = run.facts.timeline[0][1]
+                stamp = run.facts.timeline[index][1]
                 cells.append(f"+{stamp - t0:.2f} s" if stamp else "not seen")
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         sections["Timeline after the notice"] = "\n".join(lines)
@@ -211,11 +221,6 @@ def preemption_target(cluster: Cluster) -> tuple[Node, str, list[str]]:
     target = max(cluster.workers, key=lambda w: len(by_node.get(node_ids[w.name], [])))
     target_id = node_ids[target.name]
     return target, target_id, [r["id"] for r in by_node.get(target_id, [])]
-
-
-def _without_timeline(run: ImageRun) -> ImageRun:
-    facts = {k: v for k, v in run.facts.items() if k != "timeline"}
-    return ImageRun(run.label, run.history, run.verdict, facts, run.checks, run.wall_s)
 
 
 async def _first_unhealthy(ip: str, stop: asyncio.Event) -> float | None:

@@ -25,12 +25,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
-from harness.scenarios.base import ImageRun, Scenario, logged, observe_log_lines, stock_and_patched
+from harness.scenarios.base import (
+    PATCHED,
+    STOCK,
+    Facts,
+    ImageRun,
+    Scenario,
+    fact,
+    logged,
+    observe_log_lines,
+)
 
 MIN_DRAINING_S = 5.0
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
@@ -65,7 +76,14 @@ def _app(replicas: int, request_timeout_s: float | None = None) -> dict:
     )
 
 
-class StaleWorkerDrain(Scenario):
+@dataclass
+class StaleFacts(Facts):
+    failed_per_event: list[int] = fact("failed stale requests per event")
+    late_sent_at: list[str] = fact("late requests sent at STOP +")  # "6.21 s", "?": no stop seen
+    pins_severed: list[int] = fact("pins severed per event (expected on every version)")
+
+
+class StaleWorkerDrain(Scenario[StaleFacts]):
     name = "stale_worker_drain"
     title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
     request_timeout_s: float | None = None  # http_options.request_timeout_s
@@ -82,30 +100,34 @@ class StaleWorkerDrain(Scenario):
         self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
         self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
 
-    def run_once(self, image_tag: str, label: str) -> History:
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        config = ClusterConfig(
-            image=image_tag, name="rayspot-stale", workers=1, env=ENV, worker_resources={"w": 10}
+        cluster_config = ClusterConfig(
+            image=image_tag,
+            name="rayspot-stale",
+            workers=1,
+            env={**ENV, **config.env},
+            worker_resources={"w": 10},
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             for number in range(self.events):
                 cluster.deploy(_app(2, self.request_timeout_s))
                 asyncio.run(self._event(cluster, history, number))
             observe_log_lines(history, cluster, cluster.head, [STOPPING], "head")
         return history
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun[StaleFacts]:
         stops = logged(history, "head", STOPPING)
         per_event, offsets = self._per_event(history, stops)
-        run.facts["failed stale requests per event"] = per_event
-        run.facts["late requests sent at STOP +"] = [
-            f"{o:.2f} s" if o is not None else "?" for o in offsets
-        ]
-        run.facts["pins severed per event (expected on every version)"] = [
-            sum(1 for error in e.detail["value"]["done"] if error) for e in history.observed(PINS)
-        ]
-        return run
+        facts = StaleFacts(
+            failed_per_event=per_event,
+            late_sent_at=[f"{o:.2f} s" if o is not None else "?" for o in offsets],
+            pins_severed=[
+                sum(1 for error in e.detail["value"]["done"] if error)
+                for e in history.observed(PINS)
+            ],
+        )
+        return ImageRun(config.label, history, facts, config)
 
     async def _event(self, cluster: Cluster, history: History, number: int) -> None:
         host, base = cluster.head.ip, number * 1000
@@ -169,12 +191,12 @@ class StaleWorkerDrain(Scenario):
             offsets.append(mark.time - stop if stop else None)
         return per_event, offsets
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[StaleFacts]]) -> tuple[bool, list[str]]:
         *baselines, fixed = runs.values()
         findings = []
         ok = True
         for run in baselines:
-            failed = run.facts["failed stale requests per event"]
+            failed = run.facts.failed_per_event
             every = all(n >= 1 for n in failed)
             ok &= every
             findings.append(
@@ -185,7 +207,7 @@ class StaleWorkerDrain(Scenario):
         ok &= fixed_failed == 0
         findings.append(
             f"{fixed.label}: {fixed_failed} failed requests in "
-            f"{len(fixed.facts['failed stale requests per event'])} events"
+            f"{len(fixed.facts.failed_per_event)} events"
         )
         if baselines and not ok and fixed_failed == 0:
             findings.append(
@@ -221,4 +243,4 @@ class DrainWindowAdmission(StaleWorkerDrain):
     ) -> None:
         super().__init__(events, stale, pins, controls, send_after_s, late_sleep_s)
 
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)

@@ -33,21 +33,25 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop, send
 from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
 from harness.scenarios.base import (
+    PATCHED,
+    STOCK,
+    Facts,
     ImageRun,
     Scenario,
+    fact,
     haproxy_starts,
-    patched_config_env,
-    patched_config_labels,
-    stock_and_patched,
     watch_head_haproxy,
+    with_dynamic_membership,
 )
 from harness.scenarios.spot_preemption import preemption_target
 
@@ -60,7 +64,14 @@ IDLE_FROM = "idle streams due from"
 LOOP, IDLE, PRIME = "stream loop", "idle stream", "prime"  # request kinds
 
 
-class StreamingDrain(Scenario):
+@dataclass
+class StreamingFacts(Facts):
+    failed_by_kind: dict[str, str] = fact("failed / sent, by kind")  # kind -> "failed / sent"
+    started_after_notice: int = fact("HAProxy processes started on the head after the notice")
+    idle_sent_from: str = fact("idle streams sent from")
+
+
+class StreamingDrain(Scenario[StreamingFacts]):
     name = "streaming_drain"
     title = "Streams across the reloads a spot preemption causes on a surviving node"
 
@@ -78,19 +89,18 @@ class StreamingDrain(Scenario):
         # Long, but inside the request timeout: 0.2 s per chunk.
         self.chunks = int(self.ladder.request_timeout_s / 0.2) - 5
 
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)
 
-    def labels(self, spec: images.ImageSpec) -> list[str]:
-        return patched_config_labels(spec, self.dynamic)
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
+        return with_dynamic_membership(spec, self.dynamic)
 
-    def run_once(self, image_tag: str, label: str) -> History:
-        extra = patched_config_env(label)
-        history = History({"ladder_scale": self.scale, "env": extra, "chunks": self.chunks})
-        config = ClusterConfig(
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History({"ladder_scale": self.scale, "chunks": self.chunks})
+        cluster_config = ClusterConfig(
             image=image_tag,
             name="rayspot-streaming",
             workers=2,
-            env={**self.ladder.node_env(), **extra},
+            env={**self.ladder.node_env(), **config.env},
             worker_resources={"w": 10},
         )
         app = appconfigs.deploy_config(
@@ -103,7 +113,7 @@ class StreamingDrain(Scenario):
             ),
             http_options=self.ladder.http_options(),
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
             target, _, _ = preemption_target(cluster)
@@ -215,38 +225,39 @@ class StreamingDrain(Scenario):
 
         await asyncio.gather(*(one(i, c) for i, c in enumerate(idle)))
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun[StreamingFacts]:
         by_kind: dict[str, list] = {}
         for row in history.requests:
             by_kind.setdefault(row.kind, []).append(row)
-        run.facts["failed / sent, by kind"] = {
-            kind: f"{sum(not r.ok for r in rows)} / {len(rows)}"
-            for kind, rows in sorted(by_kind.items())
-        }
         notice = next(e.time for e in history.events if e.fault == "spot_preemption")
         started = [pid for t, pids in haproxy_starts(history) if t >= notice for pid in pids]
-        run.facts["HAProxy processes started on the head after the notice"] = len(started)
         idle_from = history.value(IDLE_FROM)
-        run.facts["idle streams sent from"] = (
-            f"{IDLE_AFTER_RELOAD_S:g} s after the head's first reload"
-            if idle_from and idle_from["first_reload"]
-            else "the middle of the drain (no reload)"
+        facts = StreamingFacts(
+            failed_by_kind={
+                kind: f"{sum(not r.ok for r in rows)} / {len(rows)}"
+                for kind, rows in sorted(by_kind.items())
+            },
+            started_after_notice=len(started),
+            idle_sent_from=(
+                f"{IDLE_AFTER_RELOAD_S:g} s after the head's first reload"
+                if idle_from and idle_from["first_reload"]
+                else "the middle of the drain (no reload)"
+            ),
         )
         failed = sum(not r.ok for r in history.requests)
-        run.checks.append((f"no request failed ({failed} did)", failed == 0))
-        return run
+        checks = [(f"no request failed ({failed} did)", failed == 0)]
+        return ImageRun(config.label, history, facts, config, checks=checks)
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[StreamingFacts]]) -> tuple[bool, list[str]]:
         """Stock must fail (else the scenario reproduced nothing); every
         configuration of the patched image must pass."""
         findings, ok = [], True
         for run in runs.values():
-            expected = "stock" not in run.label
+            expected = run.config.image.flavor != "stock"
             ok &= run.passed == expected
             findings.append(
                 f"{run.label}: {'PASSED' if run.passed else 'FAILED'} "
                 f"(expected to {'pass' if expected else 'fail'}); failed / sent: "
-                f"{run.facts['failed / sent, by kind']}"
+                f"{run.facts.failed_by_kind}"
             )
         return ok, findings

@@ -29,24 +29,27 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from dataclasses import dataclass, field
 
 from harness.cluster import appconfigs, images
 from harness.cluster.apps.ticker import TICK_INTERVAL_S
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import websocket_session
 from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
 from harness.scenarios.base import (
     LOG_LINE,
+    PATCHED,
+    STOCK,
+    Facts,
     ImageRun,
     Scenario,
     haproxy_starts,
     observe_log_lines,
-    patched_config_env,
-    patched_config_labels,
-    stock_and_patched,
     watch_head_haproxy,
+    with_dynamic_membership,
 )
 
 SESSION_S = 60.0  # longer than either event
@@ -55,10 +58,33 @@ STOPPING = "Stopping Replica("  # the controller's log line when a replica start
 PHASES = ("drain", "preemption")
 
 
-class WebSocketDrain(Scenario):
+@dataclass
+class PhaseFacts:
+    """What one event did to the sessions open across it."""
+
+    # "via, whose replica: how it ended" -> "N at +first..+last s" after the event
+    ended: dict[str, str]
+    first_reload: str  # the head's first HAProxy reload after the event, "+2.1 s" or "none"
+    replicas_by_worker: dict[str, int]  # the ticker's replicas per worker before it
+
+
+@dataclass
+class WebSocketFacts(Facts):
+    phases: dict[str, PhaseFacts] = field(default_factory=dict)  # by PHASES
+
+    def rows(self) -> dict:
+        rows: dict = {}
+        for phase, facts in self.phases.items():
+            rows[f"{phase}: how sessions ended, seconds after the event"] = facts.ended
+            rows[f"{phase}: head's first HAProxy reload"] = facts.first_reload
+            rows[f"{phase}: replicas by worker before it"] = facts.replicas_by_worker
+        return rows
+
+
+class WebSocketDrain(Scenario[WebSocketFacts]):
     name = "websocket_drain"
     title = "Open WebSockets across a replica drain and a spot preemption"
-    default_images = staticmethod(stock_and_patched)
+    runs_on = (STOCK, PATCHED)
 
     def __init__(
         self, scale: float = 0.5, sessions: int = 8, request_timeout: bool = False
@@ -84,22 +110,19 @@ class WebSocketDrain(Scenario):
             http_options=self._http_options(),
         )
 
-    def labels(self, spec: images.ImageSpec) -> list[str]:
-        return patched_config_labels(spec)
+    def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
+        return with_dynamic_membership(spec)
 
-    def run_once(self, image_tag: str, label: str) -> History:
-        extra = patched_config_env(label)
-        history = History(
-            {"ladder_scale": self.scale, "env": extra, "http_options": self._http_options()}
-        )
-        config = ClusterConfig(
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History({"ladder_scale": self.scale, "http_options": self._http_options()})
+        cluster_config = ClusterConfig(
             image=image_tag,
             name="rayspot-websocket",
             workers=2,
-            env={**self.ladder.node_env(), **extra},
+            env={**self.ladder.node_env(), **config.env},
             worker_resources={"w": 10},
         )
-        with Cluster(config) as cluster:
+        with Cluster(cluster_config) as cluster:
             cluster.deploy(self._config(4))
             cluster.wait_lb_ready()
             asyncio.run(self._experiment(cluster, history))
@@ -156,8 +179,8 @@ class WebSocketDrain(Scenario):
         history.observe(NODES, counts, time.time(), target=phase)
         return max(cluster.workers, key=lambda w: counts[w.name])
 
-    def judge(self, label: str, history: History) -> ImageRun:
-        run = ImageRun(label, history)
+    def judge(self, config: RunConfig, history: History) -> ImageRun[WebSocketFacts]:
+        run = ImageRun(config.label, history, WebSocketFacts(), config)
         starts = {
             "drain": next(e.time for e in history.events if e.fault == "scale_down"),
             "preemption": next(e.time for e in history.events if e.fault == "spot_preemption"),
@@ -173,16 +196,14 @@ class WebSocketDrain(Scenario):
                 how = (row.detail or "").split(" after ")[0]
                 key = f"{via}, {self._whose(history, phase, row)}: {how}"
                 ended.setdefault(key, []).append(row.end - t0)
-            run.facts[f"{phase}: how sessions ended, seconds after the event"] = {
-                key: f"{len(times)} at +{min(times):.1f}..+{max(times):.1f} s"
-                for key, times in sorted(ended.items())
-            }
-            run.facts[f"{phase}: head's first HAProxy reload"] = (
-                f"+{first_reload - t0:.1f} s" if first_reload else "none"
+            run.facts.phases[phase] = PhaseFacts(
+                ended={
+                    key: f"{len(times)} at +{min(times):.1f}..+{max(times):.1f} s"
+                    for key, times in sorted(ended.items())
+                },
+                first_reload=f"+{first_reload - t0:.1f} s" if first_reload else "none",
+                replicas_by_worker=history.observed(NODES, phase)[0].detail["value"],
             )
-            run.facts[f"{phase}: replicas by worker before it"] = history.observed(NODES, phase)[
-                0
-            ].detail["value"]
         return run
 
     @staticmethod
@@ -207,12 +228,11 @@ class WebSocketDrain(Scenario):
             else "replica on a surviving node"
         )
 
-    def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:
+    def expect(self, runs: dict[str, ImageRun[WebSocketFacts]]) -> tuple[bool, list[str]]:
         """A measurement: the findings are what happened, and nothing is asserted."""
         findings = [
-            f"{run.label}: {key}: {value}"
+            f"{run.label}: {phase}: how sessions ended, seconds after the event: {facts.ended}"
             for run in runs.values()
-            for key, value in run.facts.items()
-            if "how sessions ended" in key
+            for phase, facts in run.facts.phases.items()
         ]
         return True, findings

@@ -89,8 +89,7 @@ def _scenario_section(
     tags: dict[str, list[tuple[int, str]]],
     series: Sequence[str] = (),
 ) -> list[str]:
-    from harness.experiment.checker import format_percent, record_text
-    from harness.experiment.report import JSON_NAME, PNG_NAME
+    from harness.experiment.report import JSON_NAME, PNG_NAME, format_percent, record_text
 
     folder = results / name
     path = folder / JSON_NAME

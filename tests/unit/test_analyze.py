@@ -7,12 +7,16 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.cluster.images import ImageSpec
 from harness.core.errors import HarnessError
 from harness.experiment import report
-from harness.experiment.history import History, Request
+from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER
+from harness.experiment.history import History, Request, history_name
 from harness.scenarios.analyze import ANALYSIS_DIR, analyze
-from harness.scenarios.base import history_name, judge_runs
+from harness.scenarios.base import judge_runs
+from harness.scenarios.membership_churn import MembershipChurn
 from harness.scenarios.request_overrun import LADDERS, RequestOverrun
+from harness.scenarios.stale_worker import StaleFacts
 
 T = 1_700_000_000.0
 
@@ -158,3 +162,33 @@ def test_histories_of_two_scenarios_are_refused(tmp_path):
     b.save(tmp_path / "history-b.jsonl")
     with pytest.raises(HarnessError, match="mixes the histories"):
         analyze(tmp_path)
+
+
+def test_a_run_s_configuration_comes_back_from_its_meta():
+    churn = MembershipChurn()
+    flags_on = churn.configs(ImageSpec("2.60.0", "patched"))[-1]
+    assert flags_on.label == "2.60.0-patched flags on"
+    assert flags_on.sets(DYNAMIC_MEMBERSHIP_MASTER_WORKER)
+    saved = History({"label": "renamed by hand", "config": flags_on.to_meta()})
+    assert churn.config_of(saved) == flags_on
+
+
+def test_a_history_saved_without_its_configuration_is_known_by_its_label():
+    churn = MembershipChurn()
+    assert churn.config_of(History({"label": "2.60.0-patched flags on"})).sets(
+        DYNAMIC_MEMBERSHIP_MASTER_WORKER
+    )
+    assert churn.config_of(History({"label": "2.60.0-stock"})).env == {}
+    for label in ("2.60.0-patched flags sideways", "not an image"):
+        with pytest.raises(HarnessError, match="another version of the harness"):
+            churn.config_of(History({"label": label}))
+
+
+def test_facts_are_report_rows_under_their_names_in_field_order():
+    facts = StaleFacts(failed_per_event=[3, 0], late_sent_at=["6.21 s", "?"], pins_severed=[4, 4])
+    assert facts.rows() == {
+        "failed stale requests per event": [3, 0],
+        "late requests sent at STOP +": ["6.21 s", "?"],
+        "pins severed per event (expected on every version)": [4, 4],
+    }
+    assert list(facts.rows()) == list(facts.listed())

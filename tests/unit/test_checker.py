@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.experiment.checker import check, format_percent, percentile, side_by_side, table
+from harness.experiment.checker import check, percentile
 from harness.experiment.history import Event, History, Request
+from harness.experiment.report import format_percent, side_by_side, table
 
 T = 1_700_000_000.0  # wall-clock origin; times below are offsets from it
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.core.errors import HarnessError
-from harness.ladder.model import Deployment, Ladder, check_file, parse_duration
+from harness.ladder.description import check_file, parse_duration
+from harness.ladder.model import Deployment, Ladder
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "ladder"

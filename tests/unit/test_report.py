@@ -4,9 +4,9 @@ import json
 import struct
 from pathlib import Path
 
-from harness.experiment.checker import check, side_by_side
+from harness.experiment.checker import check
 from harness.experiment.history import Event, History, Request
-from harness.experiment.report import write_report
+from harness.experiment.report import side_by_side, write_report
 
 T = 1_700_000_000.0
 
