@@ -261,20 +261,7 @@ class Cluster:
             labels=self._labels("head" if role == "head" else "worker"),
             volumes={str(ROOT / "harness"): {"bind": f"{HARNESS_MOUNT}/harness", "mode": "ro"}},
         )
-        node = Node("head" if role == "head" else "worker", container, self._ip(container))
-        self._start_syslog(node)
-        return node
-
-    def _start_syslog(self, node: Node) -> None:
-        """HAProxy logs to 127.0.0.1:514 by default; keep them in the node's
-        /tmp/haproxy.log so a scenario can read routing and termination states."""
-        node.container.exec_run(
-            ["python", "-m", "harness.cluster.incluster", "syslog"], detach=True
-        )
-
-    def haproxy_log(self, node: Node) -> list[str]:
-        _, out = engine.exec_in(node.container, ["cat", "/tmp/haproxy.log"], check=False)
-        return out.splitlines()
+        return Node("head" if role == "head" else "worker", container, self._ip(container))
 
     def _ip(self, container) -> str:
         container.reload()
@@ -304,15 +291,15 @@ class Cluster:
     # ------------------------------------------------------------------ queries
 
     def exec_head(self, args: list[str], check: bool = True) -> object:
-        """Run `python -m harness.cluster.incluster ARGS` in the head; its JSON answer."""
+        """Run the in-cluster agent, `python -m harness.cluster.agent ARGS`, in the
+        head; its JSON answer."""
         code, out = engine.exec_in(
-            self.head.container, ["python", "-m", "harness.cluster.incluster", *args], check=check
+            self.head.container, ["python", "-m", "harness.cluster.agent", *args], check=check
         )
         lines = [line for line in out.strip().splitlines() if line.startswith(("{", "["))]
         if not lines:
             raise HarnessError(
-                f"no answer from `harness.cluster.incluster {args[0]}` (exit {code}):\n"
-                f"{out[-2000:]}"
+                f"no answer from `harness.cluster.agent {args[0]}` (exit {code}):\n{out[-2000:]}"
             )
         return json.loads(lines[-1])
 
