@@ -262,13 +262,9 @@ def cmd_status(args) -> None:
         print("no harness containers are running")
         return
     for c in sorted(containers, key=lambda c: c.name):
-        ports = c.attrs.get("HostConfig", {}).get("PortBindings") or {}
-        published = ", ".join(
-            f"{b[0]['HostIp']}:{b[0]['HostPort']}->{p}" for p, b in ports.items() if b
-        )
         print(
             f"{c.name:32} {c.status:10} {c.labels.get(engine.ROLE_LABEL, ''):7} "
-            f"{c.image.tags[0] if c.image.tags else c.image.short_id}  {published}"
+            f"{c.image}  {c.published}"
         )
 
 

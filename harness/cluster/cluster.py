@@ -69,12 +69,11 @@ class ClusterConfig:
 @dataclass
 class Node:
     role: str  # "head" | "worker" | "lb"
-    container: object
+    name: str
     ip: str
-
-    @property
-    def name(self) -> str:
-        return self.container.name
+    # The engine's handle on the node's container. Only this module passes it
+    # on, to the engine: everyone else asks the Cluster to act on a node.
+    handle: object = field(default=None, repr=False, compare=False)
 
 
 class Cluster:
@@ -83,7 +82,7 @@ class Cluster:
 
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
-        self.network = None
+        self._network = None
         self.head: Node | None = None
         self.workers: list[Node] = []
         self.lb: Node | None = None
@@ -118,7 +117,7 @@ class Cluster:
         frontlb.check_port_free(cfg.lb_port)
         self._owns_name = True
         started = time.monotonic()
-        self.network = self._create_network()
+        self._network = self._create_network()
         self.head = self._start_node(
             "head",
             [
@@ -167,7 +166,7 @@ class Cluster:
         if not self._owns_name:
             return 0, 0
         removed = engine.remove_labelled(self.config.name)
-        self.head, self.workers, self.lb, self.network = None, [], None, None
+        self.head, self.workers, self.lb, self._network = None, [], None, None
         return removed
 
     # ------------------------------------------------------------------ nodes
@@ -175,26 +174,22 @@ class Cluster:
     def _labels(self, role: str) -> dict[str, str]:
         return {engine.LABEL: "1", engine.CLUSTER_LABEL: self.config.name, engine.ROLE_LABEL: role}
 
+    @property
+    def _network_name(self) -> str:
+        return f"{self.config.name}-net"
+
     def _create_network(self):
         """A bridge with a subnet of its own choosing: only a network with a
         user-set subnet lets a container rejoin with its old address, which the
         partition fault needs (a Ray node must come back under the same IP)."""
-        import docker
-
-        name = f"{self.config.name}-net"
-        for third in range(200, 256):
-            ipam = docker.types.IPAMConfig(
-                pool_configs=[
-                    docker.types.IPAMPool(subnet=f"10.{third}.{sum(map(ord, name)) % 256}.0/24")
-                ]
-            )
-            try:
-                return engine.client().networks.create(
-                    name, driver="bridge", ipam=ipam, labels=self._labels("network")
-                )
-            except docker.errors.APIError as exc:
-                if "overlap" not in str(exc).lower():
-                    raise
+        name = self._network_name
+        network = engine.create_network(
+            name,
+            self._labels("network"),
+            (f"10.{third}.{sum(map(ord, name)) % 256}.0/24" for third in range(200, 256)),
+        )
+        if network is not None:
+            return network
         raise HarnessError(
             "no free /24 subnet for the cluster network in 10.200-255.x.0; "
             "remove unused Docker networks (`docker network prune`)."
@@ -232,52 +227,107 @@ class Cluster:
     def _start_node(self, role: str, command: list[str]) -> Node:
         cfg = self.config
         name = f"{cfg.name}-{role}"
-        container = engine.client().containers.run(
+        container = engine.run_container(
             cfg.image,
             command,
             name=name,
             hostname=role,
-            detach=True,
-            network=self.network.name,
+            network=self._network_name,
             environment=cfg.node_env,
             shm_size=cfg.shm_size,
             labels=self._labels("head" if role == "head" else "worker"),
-            volumes={str(ROOT / "harness"): {"bind": f"{HARNESS_MOUNT}/harness", "mode": "ro"}},
+            read_only_mounts={str(ROOT / "harness"): f"{HARNESS_MOUNT}/harness"},
         )
-        return Node("head" if role == "head" else "worker", container, self._ip(container))
-
-    def _ip(self, container) -> str:
-        container.reload()
-        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+        return Node(
+            "head" if role == "head" else "worker",
+            name,
+            engine.ip_address(container, self._network_name),
+            container,
+        )
 
     def _start_lb(self) -> Node:
         cfg = self.config
-        container = engine.client().containers.create(
+        name = f"{cfg.name}-lb"
+        container = engine.create_container(
             cfg.image,
             frontlb.COMMAND,
-            name=f"{cfg.name}-lb",
+            name=name,
             hostname="lb",
-            network=self.network.name,
+            network=self._network_name,
             labels=self._labels("lb"),
-            ports={f"{frontlb.LISTEN_PORT}/tcp": ("127.0.0.1", cfg.lb_port)},
+            publish={frontlb.LISTEN_PORT: ("127.0.0.1", cfg.lb_port)},
         )
-        container.put_archive(frontlb.CONFIG_ROOT, frontlb.config_archive(self.nodes, SERVE_PORT))
-        container.start()
-        node = Node("lb", container, self._ip(container))
+        engine.put_archive(
+            container, frontlb.CONFIG_ROOT, frontlb.config_archive(self.nodes, SERVE_PORT)
+        )
+        engine.start(container)
+        node = Node("lb", name, engine.ip_address(container, self._network_name), container)
         self._wait(
-            lambda: container.reload() or container.status == "running",
+            lambda: engine.status(container) == "running",
             "the front load balancer",
             15,
         )
         return node
+
+    # ------------------------------------------------------------------ node operations
+    # What scenarios, the nemesis and benchmarks do to a node. They go through
+    # these and never to the engine, so that a cluster on other machines can
+    # stand in by providing the same operations.
+
+    def exec_in(self, node: Node, cmd: list[str], check: bool = True) -> tuple[int, str]:
+        """Run a command in the node: (exit code, stdout+stderr as text). With
+        `check`, a non-zero exit raises, naming the command and its output."""
+        return engine.exec_in(node.handle, cmd, check=check)
+
+    def read_file(self, node: Node, path: str) -> str:
+        """A file's text, read in the node (`/proc/PID/stat`, say)."""
+        return self.exec_in(node, ["cat", path])[1]
+
+    def archive(self, node: Node, path: str) -> bytes:
+        """A tar of `path` in the node. Works after the node stopped: a stopped
+        node keeps its filesystem until the cluster is removed."""
+        return engine.archive(node.handle, path)
+
+    def logs(self, node: Node, tail: int = 15) -> str:
+        """The last lines the node's main process (`ray start`, HAProxy) wrote."""
+        return engine.logs(node.handle, tail)
+
+    def node_status(self, node: Node) -> str:
+        """created, running, paused or exited, as of now."""
+        return engine.status(node.handle)
+
+    def exit_state(self, node: Node) -> engine.ExitState:
+        """How the node's main process ended: exit code, OOM kill, when."""
+        return engine.exit_state(node.handle)
+
+    def kill(self, node: Node) -> bool:
+        """SIGKILL the whole node. True if it had already exited by itself (a
+        drained, idle raylet shuts down on its own and `ray start --block` ends)."""
+        return engine.kill(node.handle)
+
+    def pause(self, node: Node) -> None:
+        """Freeze every process of the node (SIGSTOP-like cgroup freeze)."""
+        engine.pause(node.handle)
+
+    def unpause(self, node: Node) -> None:
+        engine.unpause(node.handle)
+
+    def partition(self, node: Node) -> None:
+        """Cut the node off the cluster network; `heal` puts it back."""
+        engine.disconnect(self._network, node.handle)
+
+    def heal(self, node: Node) -> None:
+        """Reconnect a partitioned node under its old address, so that Ray and
+        the LBs find it where they left it."""
+        engine.connect(self._network, node.handle, node.ip)
 
     # ------------------------------------------------------------------ queries
 
     def exec_head(self, args: list[str], check: bool = True) -> object:
         """Run the in-cluster agent, `python -m harness.cluster.agent ARGS`, in the
         head; its JSON answer."""
-        code, out = engine.exec_in(
-            self.head.container, ["python", "-m", "harness.cluster.agent", *args], check=check
+        code, out = self.exec_in(
+            self.head, ["python", "-m", "harness.cluster.agent", *args], check=check
         )
         lines = [line for line in out.strip().splitlines() if line.startswith(("{", "["))]
         if not lines:
@@ -356,8 +406,7 @@ class Cluster:
 
         Read from the container's files, so it works after the node stopped
         (a killed container keeps its filesystem until it is removed)."""
-        archive, _ = node.container.get_archive("/tmp/ray")
-        buffer = io.BytesIO(b"".join(archive))
+        buffer = io.BytesIO(self.archive(node, "/tmp/ray"))
         found = []
         with tarfile.open(fileobj=buffer) as tar:
             for member in tar.getmembers():
@@ -380,22 +429,22 @@ class Cluster:
             f"import urllib.request;print(urllib.request.urlopen('http://{node.ip}:"
             f"{self.config.metrics_port}/metrics',timeout=60).read().decode())"
         )
-        _, text = engine.exec_in(node.container, ["python", "-c", fetch])
+        _, text = self.exec_in(node, ["python", "-c", fetch])
         pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
         return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
 
     def process_cpu_s(self, node: Node, pid: int) -> float:
         """utime + stime of a process in a node, in seconds."""
-        _, stat = engine.exec_in(node.container, ["cat", f"/proc/{pid}/stat"])
+        stat = self.read_file(node, f"/proc/{pid}/stat")
         fields = stat.rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
     def haproxy_pids(self, node: Node) -> list[int]:
-        code, out = engine.exec_in(node.container, ["pgrep", "-x", "haproxy"], check=False)
+        code, out = self.exec_in(node, ["pgrep", "-x", "haproxy"], check=False)
         return [int(pid) for pid in out.split()] if code == 0 else []
 
     def _run_in_lb(self, argv: list[str]) -> tuple[int, str]:
-        return engine.exec_in(self.lb.container, argv)
+        return self.exec_in(self.lb, argv)
 
     def lb_servers(self) -> dict[str, str]:
         """The front LB's view of each node: server name -> status (UP, DOWN, ...)."""
@@ -403,7 +452,7 @@ class Cluster:
 
     def wait_lb_ready(self, nodes: list[Node] | None = None, timeout_s: float = 90) -> None:
         """Wait until the front LB sees every given node's Serve healthy."""
-        want = {n.container.name for n in (nodes or self.nodes)}
+        want = {n.name for n in (nodes or self.nodes)}
         self._wait(
             lambda: all(self.lb_servers().get(name) == "UP" for name in want),
             f"the front LB to see {sorted(want)} UP",
@@ -414,7 +463,7 @@ class Cluster:
 
     def _port_open(self, node: Node, port: int) -> bool:
         probe = f"import socket;socket.create_connection(('127.0.0.1',{port}),1)"
-        code, _ = engine.exec_in(node.container, ["python3", "-c", probe], check=False)
+        code, _ = self.exec_in(node, ["python3", "-c", probe], check=False)
         return code == 0
 
     def _wait(self, ready, what: str, timeout_s: float) -> None:
@@ -429,10 +478,10 @@ class Cluster:
     def _diagnosis(self) -> str:
         dead = []
         for node in self.nodes + ([self.lb] if self.lb else []):
-            node.container.reload()
-            if node.container.status != "running":
-                logs = node.container.logs(tail=15).decode(errors="replace")
-                dead.append(f"{node.name} is {node.container.status}; last log lines:\n{logs}")
+            status = self.node_status(node)
+            if status != "running":
+                logs = self.logs(node, tail=15)
+                dead.append(f"{node.name} is {status}; last log lines:\n{logs}")
         return "\n".join(dead) or "All containers are running; see `docker logs <name>`."
 
 
