@@ -5,7 +5,10 @@ objects: the cluster holds each container and network as an opaque handle and
 passes it back to the functions here, and listings come back as plain records.
 
 Everything the harness creates carries the `LABEL` label, so teardown can
-remove exactly what the harness made and nothing else, also after a crash.
+remove exactly what the harness made and nothing else, also after a crash; a
+cluster's containers and network also carry its base name, its run and its
+owner (harness/cluster/runs.py), so one run's, or one cluster's, can be told
+apart from another's on the same engine.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from harness.core.errors import HarnessError
 LABEL = "rayspot.harness"
 CLUSTER_LABEL = "rayspot.cluster"
 ROLE_LABEL = "rayspot.role"
+RUN_LABEL = "rayspot.run"  # the run id, also in every name the run gives
+OWNER_LABEL = "rayspot.owner"  # HOST:PID:START of the process that started the run
+DETACHED_LABEL = "rayspot.detached"  # "1": meant to outlive its owner (`harness up`)
 
 
 def docker_py():
@@ -171,43 +177,64 @@ class Network:
     labels: dict[str, str]
 
 
-def _containers(cluster: str | None) -> list:
-    filters = [f"{LABEL}=1"] + ([f"{CLUSTER_LABEL}={cluster}"] if cluster else [])
-    return client().containers.list(all=True, filters={"label": filters})
+def _label_filters(cluster: str | None, run: str | None) -> dict[str, list[str]]:
+    return {
+        "label": [f"{LABEL}=1"]
+        + ([f"{CLUSTER_LABEL}={cluster}"] if cluster else [])
+        + ([f"{RUN_LABEL}={run}"] if run else [])
+    }
 
 
-def _networks(cluster: str | None) -> list:
-    filters = [f"{LABEL}=1"] + ([f"{CLUSTER_LABEL}={cluster}"] if cluster else [])
-    return client().networks.list(filters={"label": filters})
+def _containers(cluster: str | None, run: str | None) -> list:
+    # Another run's reaper may remove a container between the listing and its
+    # inspection: such a container is gone, not an error.
+    return client().containers.list(
+        all=True, filters=_label_filters(cluster, run), ignore_removed=True
+    )
 
 
-def labelled_containers(cluster: str | None = None) -> list[Container]:
-    return [Container(c.name, c.status, dict(c.labels), c) for c in _containers(cluster)]
+def _networks(cluster: str | None, run: str | None) -> list:
+    return client().networks.list(filters=_label_filters(cluster, run))
 
 
-def labelled_networks(cluster: str | None = None) -> list[Network]:
-    return [Network(n.name, dict(n.attrs.get("Labels") or {})) for n in _networks(cluster)]
+def labelled_containers(cluster: str | None = None, run: str | None = None) -> list[Container]:
+    """The harness's containers: all, one cluster's (every run of it), or one run's."""
+    return [Container(c.name, c.status, dict(c.labels), c) for c in _containers(cluster, run)]
 
 
-def remove_labelled(cluster: str | None = None) -> tuple[int, int]:
-    """Remove the harness's containers and networks (of one cluster, or all).
+def labelled_networks(cluster: str | None = None, run: str | None = None) -> list[Network]:
+    return [Network(n.name, dict(n.attrs.get("Labels") or {})) for n in _networks(cluster, run)]
 
-    Returns (containers, networks) removed. Safe to call repeatedly.
+
+def remove_labelled(
+    cluster: str | None = None, run: str | None = None, *, racing: bool = False
+) -> tuple[int, int]:
+    """Remove the harness's containers and networks (all, one cluster's, or one run's).
+
+    Returns (containers, networks) removed. Safe to call repeatedly. `racing`:
+    another process may be removing the same run (two runs reaping one dead
+    run at once), so a conflict means it got there first, not a failure.
     """
     docker = docker_py()
 
-    containers = _containers(cluster)
+    containers = _containers(cluster, run)
     for container in containers:
         try:
             container.remove(force=True, v=True)
         except docker.errors.NotFound:
             pass
-    networks = _networks(cluster)
+        except docker.errors.APIError:
+            if not racing:
+                raise
+    networks = _networks(cluster, run)
     for network in networks:
         try:
             network.remove()
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError:
+            if not racing:
+                raise
     return len(containers), len(networks)
 
 
