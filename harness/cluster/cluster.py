@@ -11,6 +11,12 @@ Every node gets the same environment (Serve reads its knobs at import, and
 workers inherit the raylet's environment), explicit CPU, object-store and shm
 sizes (a container otherwise sees the whole host), and the project's `harness`
 package mounted read-only so the apps import on every node.
+
+Each Cluster is one run (harness/cluster/runs.py): its containers and network
+are named NAME-RUN-ROLE (`rayspot-stale-1a2b3c4d-head`), labelled with the base
+NAME, the run and its owner, and the front LB takes a free host port unless
+one is given, so runs on one host never collide. Starting a cluster first
+reaps what dead runs left; tearing it down removes exactly its own run.
 """
 
 from __future__ import annotations
@@ -20,16 +26,15 @@ import json
 import re
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from harness.cluster import engine, frontlb
+from harness.cluster import engine, frontlb, runs
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
 
 HEAD_PORT = 6379
 SERVE_PORT = 8000
-LB_PORT = 18000
 HARNESS_MOUNT = "/opt/harness"
 CLK_TCK = 100  # Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these
 
@@ -53,13 +58,17 @@ class ClusterConfig:
     num_cpus: int = 2
     object_store_bytes: int = 200_000_000
     shm_size: str = "512m"
-    lb_port: int = LB_PORT
+    # The front LB's port on 127.0.0.1; None: a free one, picked as it starts.
+    lb_port: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     # Custom resources on workers only (not the head), e.g. {"w": 10}, so that
     # an app can keep its replicas off the head with `resources: {"w": 1}`.
     worker_resources: dict[str, float] = field(default_factory=dict)
     # Where each node's metrics agent serves Prometheus text (None: Ray picks).
     metrics_port: int | None = None
+    # Meant to outlive the process that starts it (`python -m harness up`): the
+    # reaper leaves it alone; `down --name` or `down --all` removes it.
+    detached: bool = False
 
     @property
     def node_env(self) -> dict[str, str]:
@@ -86,10 +95,8 @@ class Cluster:
         self.head: Node | None = None
         self.workers: list[Node] = []
         self.lb: Node | None = None
-        # Set once the pre-flight checks pass: only then may `down` remove
-        # anything under this cluster's name (a leftover found by the checks
-        # belongs to someone else until the user says otherwise).
-        self._owns_name = False
+        self.run = runs.new_run_id()
+        self.owner = runs.this_owner()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,10 +120,18 @@ class Cluster:
 
     def up(self) -> Cluster:
         cfg = self.config
-        check_no_leftover(cfg.name)
-        frontlb.check_port_free(cfg.lb_port)
-        self._owns_name = True
         started = time.monotonic()
+        # First what dead runs left: their containers may hold the port asked
+        # for, and their networks subnets.
+        containers, networks = runs.reap()
+        if containers or networks:
+            _progress(
+                f"removed {containers} containers and {networks} networks "
+                f"left by runs whose process is gone",
+                started,
+            )
+        if cfg.lb_port:
+            frontlb.check_port_free(cfg.lb_port)
         self._network = self._create_network()
         self.head = self._start_node(
             "head",
@@ -163,20 +178,29 @@ class Cluster:
         return node
 
     def down(self) -> tuple[int, int]:
-        if not self._owns_name:
-            return 0, 0
-        removed = engine.remove_labelled(self.config.name)
+        """Remove everything this run created, and nothing of any other run."""
+        removed = engine.remove_labelled(run=self.run)
         self.head, self.workers, self.lb, self._network = None, [], None, None
         return removed
 
     # ------------------------------------------------------------------ nodes
 
     def _labels(self, role: str) -> dict[str, str]:
-        return {engine.LABEL: "1", engine.CLUSTER_LABEL: self.config.name, engine.ROLE_LABEL: role}
+        return {
+            engine.LABEL: "1",
+            engine.CLUSTER_LABEL: self.config.name,
+            engine.ROLE_LABEL: role,
+            engine.RUN_LABEL: self.run,
+            engine.OWNER_LABEL: self.owner,
+            **({engine.DETACHED_LABEL: "1"} if self.config.detached else {}),
+        }
+
+    def _resource_name(self, role: str) -> str:
+        return f"{self.config.name}-{self.run}-{role}"
 
     @property
     def _network_name(self) -> str:
-        return f"{self.config.name}-net"
+        return self._resource_name("net")
 
     def _create_network(self):
         """A bridge with a subnet of its own choosing: only a network with a
@@ -226,7 +250,7 @@ class Cluster:
 
     def _start_node(self, role: str, command: list[str]) -> Node:
         cfg = self.config
-        name = f"{cfg.name}-{role}"
+        name = self._resource_name(role)
         container = engine.run_container(
             cfg.image,
             command,
@@ -246,8 +270,11 @@ class Cluster:
         )
 
     def _start_lb(self) -> Node:
+        if not self.config.lb_port:
+            # Picked now, not at the start: the engine binds it a moment later.
+            self.config = replace(self.config, lb_port=frontlb.free_port())
         cfg = self.config
-        name = f"{cfg.name}-lb"
+        name = self._resource_name("lb")
         container = engine.create_container(
             cfg.image,
             frontlb.COMMAND,
@@ -483,16 +510,6 @@ class Cluster:
                 logs = self.logs(node, tail=15)
                 dead.append(f"{node.name} is {status}; last log lines:\n{logs}")
         return "\n".join(dead) or "All containers are running; see `docker logs <name>`."
-
-
-def check_no_leftover(name: str) -> None:
-    leftovers = engine.labelled_containers(name)
-    if leftovers or engine.labelled_networks(name):
-        names = ", ".join(sorted(c.name for c in leftovers)) or "only its network"
-        raise HarnessError(
-            f"a cluster named {name!r} is already there ({names}). Remove it with "
-            f"`python -m harness down --name {name}` (or `make down`), then run again.",
-        )
 
 
 _LOG_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")

@@ -145,6 +145,16 @@ def check_port_free(port: int) -> None:
             ) from exc
 
 
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on, picked by the kernel (a
+    bind to port 0). Another process could take it between this close and the
+    engine's bind; the cluster asks right before creating the LB, so that
+    window is a few milliseconds."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _tar_one(path: str, text: str) -> bytes:
     data = text.encode()
     buffer = io.BytesIO()
