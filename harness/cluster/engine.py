@@ -326,16 +326,17 @@ def exit_state(container) -> ExitState:
     container.reload()
     state = container.attrs["State"]
     finished = state.get("FinishedAt", "")
-    # A container that has not ended says 0001-01-01; the engine gives
-    # nanoseconds, strptime takes microseconds.
-    finished_at = (
-        None
-        if not finished or finished.startswith("0001")
-        else datetime.strptime(finished[:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f")
-        .replace(tzinfo=UTC)
-        .timestamp()
-    )
+    # A container that has not ended says 0001-01-01.
+    finished_at = None if not finished or finished.startswith("0001") else _engine_time(finished)
     return ExitState(state.get("ExitCode"), bool(state.get("OOMKilled")), finished_at)
+
+
+def _engine_time(text: str) -> float:
+    """The engine's RFC 3339 UTC time: nanoseconds, which strptime cannot take
+    (microseconds are kept), and no fraction at all when they are zero."""
+    stamp = text[:26].rstrip("Z")
+    layout = "%Y-%m-%dT%H:%M:%S.%f" if "." in stamp else "%Y-%m-%dT%H:%M:%S"
+    return datetime.strptime(stamp, layout).replace(tzinfo=UTC).timestamp()
 
 
 def logs(container, tail: int) -> str:

@@ -141,6 +141,8 @@ def test_exit_state_reads_the_engine_nanosecond_time():
     state = engine.exit_state(container)
     assert state.exit_code == 0 and not state.oom_killed
     assert state.finished_at == pytest.approx(1778312125.123456)
+    container.attrs["State"] = {"ExitCode": 0, "FinishedAt": "2026-05-09T07:35:25Z"}
+    assert engine.exit_state(container).finished_at == 1778312125.0
     container.attrs["State"] = {"ExitCode": 0, "FinishedAt": "0001-01-01T00:00:00Z"}
     assert engine.exit_state(container).finished_at is None
 
