@@ -71,7 +71,7 @@ images: $(PY) ## build the node images: 2.60.0 stock and patched, 2.59.0 stock (
 up: $(PY) ## start a 3-node cluster with the echo app behind the front LB on 127.0.0.1:18000
 	@$(call harness_run,$(HARNESS) up)
 
-down: $(PY) ## remove every container and network the harness created
+down: $(PY) ## remove every container and network the harness created, live runs' too (`python -m harness down`: only what dead runs left)
 	@$(call harness_run,$(HARNESS) down --all)
 
 status: $(PY) ## list the harness's containers

@@ -263,8 +263,15 @@ def cmd_up(args) -> None:
         if answer.strip().lower() in ("y", "yes"):
             engine.remove_labelled(args.name)
     tag = images.ensure_node_image(images.ImageSpec.parse(args.image))
+    # Detached: the cluster outlives this process, so the reaper leaves it alone.
     cluster = Cluster(
-        ClusterConfig(image=tag, name=args.name, workers=args.workers, lb_port=args.port)
+        ClusterConfig(
+            image=tag,
+            name=args.name,
+            workers=args.workers,
+            lb_port=args.port or None,
+            detached=True,
+        )
     )
     try:
         cluster.up()
@@ -275,35 +282,39 @@ def cmd_up(args) -> None:
         print("cluster: start-up did not finish; removing what was created", flush=True)
         cluster.down()
         raise
-    print(f"cluster {args.name!r} is up: {cluster.url}  (`python -m harness down` removes it)")
+    print(
+        f"cluster {args.name!r} is up: {cluster.url}  "
+        f"(`python -m harness down --name {args.name}` removes it)"
+    )
 
 
 def cmd_down(args) -> None:
-    from harness.cluster import engine
+    from harness.cluster import engine, runs
 
     started = time.monotonic()
-    containers, networks = engine.remove_labelled(None if args.all else args.name)
+    if args.all or args.name:
+        containers, networks = engine.remove_labelled(None if args.all else args.name)
+        whose = ""
+    else:
+        containers, networks = runs.reap()
+        whose = " left by runs whose process is gone"
     print(
-        f"removed {containers} containers and {networks} networks "
+        f"removed {containers} containers and {networks} networks{whose} "
         f"in {time.monotonic() - started:.1f}s"
     )
 
 
 def cmd_status(args) -> None:
-    from harness.cluster import engine
+    from harness.cluster import engine, runs
 
     containers = engine.labelled_containers(None if args.all else args.name)
     if not containers:
         print("no harness containers are running")
         return
     for c in sorted(containers, key=lambda c: c.name):
-        ports = c.attrs.get("HostConfig", {}).get("PortBindings") or {}
-        published = ", ".join(
-            f"{b[0]['HostIp']}:{b[0]['HostPort']}->{p}" for p, b in ports.items() if b
-        )
         print(
-            f"{c.name:32} {c.status:10} {c.labels.get(engine.ROLE_LABEL, ''):7} "
-            f"{c.image.tags[0] if c.image.tags else c.image.short_id}  {published}"
+            f"{c.name:40} {c.status:10} {c.labels.get(engine.ROLE_LABEL, ''):7} "
+            f"{runs.owner_summary(c.labels):14} {c.image}  {c.published}"
         )
 
 
@@ -606,16 +617,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     for verb, func, text in (
         ("up", cmd_up, "start a cluster and deploy the echo app"),
-        ("down", cmd_down, "remove a cluster (all it created)"),
+        ("down", cmd_down, "remove what runs that are gone left, a cluster, or --all"),
         ("status", cmd_status, "list the harness's containers"),
     ):
         p = sub.add_parser(verb, help=text)
-        p.add_argument("--name", default="rayspot", help="cluster name (default: rayspot)")
+        if verb == "down":
+            p.add_argument(
+                "--name",
+                help="remove this cluster, every run of it (default: only the containers "
+                "and networks of runs whose process is gone, on this host)",
+            )
+        else:
+            p.add_argument("--name", default="rayspot", help="cluster name (default: rayspot)")
         p.set_defaults(func=func)
         if verb == "up":
             p.add_argument("--image", default="2.60.0-patched")
             p.add_argument("--workers", type=int, default=2)
-            p.add_argument("--port", type=int, default=18000, help="front LB port on 127.0.0.1")
+            p.add_argument(
+                "--port", type=int, default=18000, help="front LB port on 127.0.0.1 (0: a free one)"
+            )
             p.add_argument("--no-app", action="store_true", help="do not deploy the echo app")
         else:
             p.add_argument("--all", action="store_true", help="every harness cluster")

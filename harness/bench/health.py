@@ -41,8 +41,8 @@ import statistics
 import time
 import tracemalloc
 
-from harness.cluster import appconfigs, engine, images
-from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig
+from harness.cluster import appconfigs, images
+from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
@@ -239,12 +239,12 @@ def measure_stock(tag: str, replicas: int, window_s: float, started: float) -> d
     return {"replicas": replicas, "idle": idle, "pull": pull}
 
 
-def _replica_container(cluster: Cluster, hostname: str):
+def _replica_node(cluster: Cluster, hostname: str) -> Node:
     for node in cluster.nodes:
         if node.role == "lb":
             continue
-        if engine.exec_in(node.container, ["hostname"])[1].strip() == hostname:
-            return node.container
+        if cluster.exec_in(node, ["hostname"])[1].strip() == hostname:
+            return node
     raise HarnessError(f"no node of the cluster has hostname {hostname!r}")
 
 
@@ -300,7 +300,7 @@ def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
         if row.replica in a["name"]
     )
     killed = time.time()
-    engine.exec_in(_replica_container(cluster, row.node), ["kill", "-9", str(actor["pid"])])
+    cluster.exec_in(_replica_node(cluster, row.node), ["kill", "-9", str(actor["pid"])])
     detected = wait_for_unhealthy(cluster, row.replica, killed - 1, DETECT_TIMEOUT_S)
     seconds["actor killed"], victims["actor killed"] = (
         (detected - killed if detected else None),

@@ -3,7 +3,7 @@ against patches 0005 and 0006 with both flags on, side by side in one run.
 
 For each configuration, one cluster (head and one worker; the app's replicas
 on the worker) and one app; per round a replica is added and later removed,
-both controller changes the head's HAProxy has to follow (incluster
+both controller changes the head's HAProxy has to follow (the agent's
 `membership-latency`):
 
   reloads per change      HAProxy processes the head started during the

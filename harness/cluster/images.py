@@ -260,7 +260,7 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
         return tag
     started = time.monotonic()
     if spec.flavor == "stock":
-        engine.client().images.get(ray_tag).tag(*tag.split(":"))
+        engine.tag_image(ray_tag, tag)
     else:
         with _context(f"patch-{spec}") as ctx:
             shutil.copy(DOCKER_DIR / "patch.Dockerfile", ctx / "Dockerfile")

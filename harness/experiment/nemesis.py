@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import docker
-from harness.cluster import engine
 from harness.cluster.cluster import HEAD_PORT, Cluster, Node
 from harness.core.errors import HarnessError
 from harness.experiment.history import Event, History
@@ -88,7 +86,7 @@ async def spot_preemption(
         )
     kill_at = max(t0 + notice.notice_s, drain["deadline"])
     await _sleep_until(kill_at)
-    exited_before = await asyncio.to_thread(_kill, node)
+    exited_before = await asyncio.to_thread(cluster.kill, node)
     killed = _event(
         history,
         "spot_preemption",
@@ -99,20 +97,6 @@ async def spot_preemption(
     )
     _event(history, "spot_preemption", "end", node.name)
     return {"t0": t0, "drain": drain, "killed": killed, "exited_before_kill": exited_before}
-
-
-def _kill(node: Node) -> bool:
-    """SIGKILL the node's container. True if it had already exited by itself
-    (a drained, idle raylet shuts down on its own and `ray start --block` ends)."""
-    node.container.reload()
-    if node.container.status != "running":
-        return True
-    try:
-        node.container.kill()
-    except docker.errors.APIError:
-        node.container.reload()
-        return node.container.status != "running"
-    return False
 
 
 # ------------------------------------------------------------------ other faults
@@ -131,33 +115,32 @@ async def reload_churn(
     _event(history, "reload_churn", "end")
 
 
-async def kill_node(node: Node, history: History) -> None:
+async def kill_node(cluster: Cluster, node: Node, history: History) -> None:
     """kill -9 of the whole node, unannounced."""
     _event(history, "kill", "start", node.name)
-    await asyncio.to_thread(_kill, node)
+    await asyncio.to_thread(cluster.kill, node)
     _event(history, "kill", "end", node.name)
 
 
-async def pause_node(node: Node, history: History, duration_s: float) -> None:
+async def pause_node(cluster: Cluster, node: Node, history: History, duration_s: float) -> None:
     """Freeze every process of the node (SIGSTOP-like cgroup freeze), then thaw."""
     _event(history, "pause", "start", node.name)
-    await asyncio.to_thread(node.container.pause)
+    await asyncio.to_thread(cluster.pause, node)
     try:
         await asyncio.sleep(duration_s)
     finally:
-        await asyncio.to_thread(node.container.unpause)
+        await asyncio.to_thread(cluster.unpause, node)
         _event(history, "pause", "end", node.name)
 
 
 async def partition_node(cluster: Cluster, node: Node, history: History, duration_s: float) -> None:
     """Cut the node off the cluster network, then reconnect it with its old IP."""
-    network = cluster.network
     _event(history, "partition", "start", node.name)
-    await asyncio.to_thread(network.disconnect, node.container, force=True)
+    await asyncio.to_thread(cluster.partition, node)
     try:
         await asyncio.sleep(duration_s)
     finally:
-        await asyncio.to_thread(network.connect, node.container, ipv4_address=node.ip)
+        await asyncio.to_thread(cluster.heal, node)
         _event(history, "partition", "end", node.name)
 
 
@@ -184,12 +167,10 @@ async def controller_lag(
     pid = await asyncio.to_thread(cluster.controller_pid)
     for _ in range(cycles):
         _event(history, "controller_lag", "start", f"pid {pid}")
-        await asyncio.to_thread(engine.exec_in, cluster.head.container, ["kill", "-STOP", str(pid)])
+        await asyncio.to_thread(cluster.exec_in, cluster.head, ["kill", "-STOP", str(pid)])
         try:
             await asyncio.sleep(stop_s)
         finally:
-            await asyncio.to_thread(
-                engine.exec_in, cluster.head.container, ["kill", "-CONT", str(pid)]
-            )
+            await asyncio.to_thread(cluster.exec_in, cluster.head, ["kill", "-CONT", str(pid)])
             _event(history, "controller_lag", "end", f"pid {pid}")
         await asyncio.sleep(run_s)

@@ -16,7 +16,7 @@ Keep-alive clients straight to the head node's HAProxy, 95% short requests
 and 5% of 4 s, longer than hard-stop-after (3 s here), all to the echo app;
 the replicas run on a worker. Every second one of five apps (echo and four
 more the head's HAProxy also serves) goes from 2 to 3 replicas or back, the
-settled app left alone longest first (harness/cluster/incluster.py churn). Reloads
+settled app left alone longest first (harness/cluster/agent/churn.py). Reloads
 are counted as HAProxy processes that appear on the head during the churn
 (sampled every 0.5 s): with -sf each reload is a new process, in
 master-worker mode a new worker.
@@ -45,7 +45,7 @@ PIDS_BEFORE, PIDS_SEEN, CHURN = "haproxy pids before", "haproxy pids", "churn"
 # Echo (which the clients call) and four apps nobody calls: the head's HAProxy
 # serves them all, so a change in any is a membership change for it. One app
 # could change only every 5-25 s here (an added replica has to be RUNNING
-# before it is taken away again, see incluster.churn); five in turn change
+# before it is taken away again, see agent/churn.py); five in turn change
 # as fast as the worker starts replicas, one every 1.5-2 s on this machine
 # (eight apps gave no more).
 CHURNED_APPS = (("echo", "/"), *((f"churn-{c}", f"/{c}") for c in "bcde"))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
@@ -119,7 +118,7 @@ class SpotPreemption(Scenario[SpotFacts]):
                     where,
                     "/logs/raylet.out" if where == "raylet" else "/logs/serve/",
                 )
-            exited_at = _exit_time(target)
+            exited_at = _exit_time(cluster, target)
             history.observe(EXITED, exited_at, exited_at or time.time())
         return history
 
@@ -247,18 +246,10 @@ def _wait_for_death(cluster: Cluster, node_id: str, timeout_s: float = 90.0) -> 
     return None
 
 
-def _exit_time(node: Node) -> float | None:
+def _exit_time(cluster: Cluster, node: Node) -> float | None:
     """When the container's PID 1 (`ray start --block`) ended, if it ended by
     itself; None if it was still running when killed."""
-    node.container.reload()
-    state = node.container.attrs["State"]
-    if state.get("OOMKilled") or state.get("ExitCode") == 137:
+    state = cluster.exit_state(node)
+    if state.oom_killed or state.exit_code == 137:
         return None
-    finished = state.get("FinishedAt", "")
-    if not finished or finished.startswith("0001"):
-        return None
-    return (
-        datetime.strptime(finished[:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f")
-        .replace(tzinfo=UTC)
-        .timestamp()
-    )
+    return state.finished_at

@@ -1,6 +1,8 @@
 """Ctrl-C at any point of a cluster's life leaves no container or network
 behind: the harness is interrupted like a user would (SIGINT to the process)
-while it creates the network, starts nodes, and deploys the app."""
+while it creates the network, starts nodes, and deploys the app. A run killed
+outright (SIGKILL, no teardown) leaves its containers, and the next run's
+reaper removes them."""
 
 import signal
 import subprocess
@@ -9,7 +11,7 @@ import time
 
 import pytest
 
-from harness.cluster import engine
+from harness.cluster import engine, runs
 from harness.core.paths import ROOT
 
 pytestmark = pytest.mark.integration
@@ -36,7 +38,7 @@ def test_ctrl_c_during_up_leaves_nothing(patched_image, after_line, delay_s):
             "--image",
             "2.60.0-patched",
             "--port",
-            "18123",
+            "0",
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -84,3 +86,38 @@ def test_ctrl_c_during_a_scenario_leaves_nothing(patched_image):
     assert engine.labelled_containers("rayspot-stale") == [], out
     assert engine.labelled_networks("rayspot-stale") == [], out
     assert proc.returncode == 130, out
+
+
+def test_a_killed_run_is_reaped_by_the_next(patched_image):
+    """SIGKILL once the head is up: no teardown runs, the containers stay;
+    the reaper every Cluster.up starts with (and `python -m harness down`)
+    finds their owner gone and removes them, and only them."""
+    name = "rayspot-killed"
+    start = (
+        "import time\n"
+        "from harness.cluster.cluster import Cluster, ClusterConfig\n"
+        f"Cluster(ClusterConfig(image={patched_image!r}, name={name!r}, workers=0)).up()\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", start],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "head up at" in line:
+            break
+    assert proc.poll() is None, "".join(seen)
+    proc.kill()
+    proc.wait(timeout=30)
+    left = engine.labelled_containers(name)
+    assert left, "".join(seen)
+    assert all(not runs.owner_alive(c.labels[engine.OWNER_LABEL]) for c in left)
+    containers, networks = runs.reap()
+    assert containers >= len(left) and networks >= 1
+    assert engine.labelled_containers(name) == []
+    assert engine.labelled_networks(name) == []

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness.cluster import appconfigs, engine
+from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.experiment import nemesis
 from harness.experiment.history import History
@@ -101,13 +101,13 @@ def test_controller_lag_stops_and_resumes_the_controller(cluster):
             await asyncio.sleep(0.2)
         await asyncio.sleep(0.5)
         _, state = await asyncio.to_thread(
-            engine.exec_in, cluster.head.container, ["ps", "-o", "stat=", "-p", str(pid)]
+            cluster.exec_in, cluster.head, ["ps", "-o", "stat=", "-p", str(pid)]
         )
         await task
         return state.strip()
 
     assert asyncio.run(lag_and_look()).startswith("T")
-    _, after = engine.exec_in(cluster.head.container, ["ps", "-o", "stat=", "-p", str(pid)])
+    _, after = cluster.exec_in(cluster.head, ["ps", "-o", "stat=", "-p", str(pid)])
     assert not after.strip().startswith("T")
     assert _phases(history, "controller_lag") == ["start", "end"]
 
@@ -133,16 +133,14 @@ def test_pause_freezes_the_node(cluster):
     node = cluster.workers[0]
 
     async def pause_and_look():
-        task = asyncio.create_task(nemesis.pause_node(node, history, 3))
+        task = asyncio.create_task(nemesis.pause_node(cluster, node, history, 3))
         await asyncio.sleep(1)
-        node.container.reload()
-        status = node.container.status
+        status = await asyncio.to_thread(cluster.node_status, node)
         await task
         return status
 
     assert asyncio.run(pause_and_look()) == "paused"
-    node.container.reload()
-    assert node.container.status == "running"
+    assert cluster.node_status(node) == "running"
     assert _phases(history, "pause") == ["start", "end"]
 
 
@@ -150,9 +148,8 @@ def test_kill_takes_the_node_away(cluster):
     history = History()
     node = cluster.workers[1]
     node_id = cluster.ray_node_id(node)
-    asyncio.run(nemesis.kill_node(node, history))
-    node.container.reload()
-    assert node.container.status == "exited"
+    asyncio.run(nemesis.kill_node(cluster, node, history))
+    assert cluster.node_status(node) == "exited"
     assert _phases(history, "kill") == ["start", "end"]
     deadline = time.monotonic() + 90
     while cluster.ray_node(node_id)["Alive"]:
@@ -185,6 +182,6 @@ def test_a_replacement_worker_joins_without_a_failed_request(cluster):
 
     node = asyncio.run(join_under_load())
     assert cluster.ray_node_id(node)
-    assert cluster.lb_servers()[node.container.name] == "DOWN"  # no Serve proxy there yet
+    assert cluster.lb_servers()[node.name] == "DOWN"  # no Serve proxy there yet
     failed = [(r.status, r.error) for r in history.requests if r.error]
     assert len(history.requests) > 500 and not failed, failed

@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from harness.cluster import appconfigs, engine
+from harness.cluster import appconfigs, engine, runs
 from harness.cluster.cluster import Cluster, ClusterConfig
-from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR
 from harness.experiment.history import History
 from harness.experiment.load import closed_loop
@@ -46,11 +45,14 @@ def test_three_node_cluster_serves_1000_requests_and_tears_down(patched_image):
         assert len(serving_nodes) >= 2, f"replicas served from {serving_nodes} only"
         assert all(haproxy.values()), f"a node runs no HAProxy: {haproxy}"
 
-        # A second `up` under the same name refuses, names the leftover, and
-        # leaves the running cluster alone.
-        with pytest.raises(HarnessError, match="already there"):
-            with Cluster(ClusterConfig(image=patched_image, name=CLUSTER)):
-                pass
+        # Everything is named and labelled with this run, so a second run of
+        # the same name collides with nothing; its start-up reaper leaves this
+        # live run alone.
+        mine = engine.labelled_containers(CLUSTER)
+        prefix = f"{CLUSTER}-{cluster.run}-"
+        assert all(c.name.startswith(prefix) for c in mine), [c.name for c in mine]
+        assert all(c.labels[engine.RUN_LABEL] == cluster.run for c in mine)
+        runs.reap()
         assert len(engine.labelled_containers(CLUSTER)) == 4
         t2 = time.monotonic()
     figures["teardown_s"] = round(time.monotonic() - t2, 1)

@@ -6,7 +6,7 @@
 so a benchmark never needs a scenario, and the model of the ladder never
 needs Docker. Function-local imports count: a lazy import is still a
 dependency. The code that runs inside the containers (cluster/apps/ and
-cluster/incluster.py) imports nothing of the harness but itself, and outside
+cluster/agent/) imports nothing of the harness but itself, and outside
 it only the standard library and what a Ray Serve install brings.
 """
 
@@ -43,7 +43,7 @@ TOP_LEVEL = {"cli": "cli", "__main__": "cli", "__init__": "core"}
 
 # In the containers: Ray, and what Ray Serve installs with it (its HTTP stack).
 IN_CONTAINER_PACKAGES = {"ray", "starlette", "fastapi"}
-IN_CONTAINER = ("harness.cluster.apps", "harness.cluster.incluster")
+IN_CONTAINER = ("harness.cluster.apps", "harness.cluster.agent")
 
 
 def module_name(path: str) -> str:
@@ -149,7 +149,7 @@ def test_every_sub_package_has_a_place_in_the_table():
         ("harness/upstream/x.py", "from harness.cli import main", "not cli"),
         ("harness/__init__.py", "from harness.cli import main", "not cli"),
         ("harness/cluster/apps/x.py", "from harness.core import paths", "no harness module"),
-        ("harness/cluster/incluster.py", "import docker", "only the standard library"),
+        ("harness/cluster/agent/state.py", "import docker", "only the standard library"),
     ],
 )
 def test_the_checker_catches_an_upward_import(path, source, forbidden):
@@ -172,7 +172,7 @@ def test_a_function_local_import_counts_too():
         ("harness/scenarios/x.py", "from harness.experiment import report\nimport asyncio\n"),
         ("harness/cli.py", "from harness.upstream import upstream\n"),
         ("harness/cluster/apps/x.py", "from harness.cluster.apps.echo import a\nimport ray\n"),
-        ("harness/cluster/incluster.py", "def f():\n    import http.client\n"),
+        ("harness/cluster/agent/state.py", "def f():\n    import http.client\n"),
     ],
 )
 def test_the_checker_lets_a_downward_import_pass(path, source):

@@ -1,0 +1,54 @@
+"""What the GCS and the Serve controller report: nodes, actors, and the
+controller's own health metrics."""
+
+from __future__ import annotations
+
+from harness.cluster.agent.session import connect
+
+
+def nodes() -> list[dict]:
+    ray = connect()
+    from ray.core.generated.common_pb2 import NodeDeathInfo
+
+    keep = ("NodeID", "Alive", "NodeManagerAddress", "NodeManagerHostname", "Resources")
+    found = []
+    for node in ray.nodes():
+        info = {k: v for k, v in node.items() if k in keep or k.startswith("Death")}
+        if isinstance(info.get("DeathReason"), int):  # the enum's number; name it
+            info["DeathReason"] = NodeDeathInfo.Reason.Name(info["DeathReason"])
+        found.append(info)
+    return found
+
+
+def actors() -> list[dict]:
+    """Every actor the GCS knows, alive or dead, with its node, pid and times.
+    From the GCS directly: the state API would need the dashboard."""
+    ray = connect()
+    table = ray._private.state.actors()
+    return [
+        {
+            "id": a["ActorID"],
+            "class": a["ActorClassName"],
+            "name": a["Name"],
+            "state": a["State"],
+            "node_id": a["Address"]["NodeID"],
+            "pid": a["Pid"],
+            "start": a["StartTime"] / 1000 if a["StartTime"] else None,
+            "end": a["EndTime"] / 1000 if a["EndTime"] else None,
+        }
+        for a in table.values()
+    ]
+
+
+def controller_health() -> dict:
+    """The Serve controller's own health metrics (`get_health_metrics`): rolling
+    means of its control loop and of the deployment-state update within it."""
+    ray = connect()
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    metrics = ray.get(controller.get_health_metrics.remote())
+    return {
+        key: (metrics.get(key) or {}).get("mean")
+        for key in ("loop_duration_s", "deployment_state_update_duration_s")
+    }
