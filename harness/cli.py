@@ -173,7 +173,9 @@ def cmd_run(args) -> None:
                 f"{args.scenario} runs no timeout ladder, so --scale does not apply to it"
             )
         options["scale"] = args.scale
-    _print_outcome(run_scenario(scenario_class(**options), specs))
+    if args.parallel < 1:
+        raise HarnessError(f"--parallel must be 1 or more, not {args.parallel}")
+    _print_outcome(run_scenario(scenario_class(**options), specs, parallel=args.parallel))
 
 
 def cmd_analyze(args) -> None:
@@ -493,6 +495,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a scenario on images side by side")
     p.add_argument("scenario")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="run this many of its runs at once, each on its own cluster (default: 1, one "
+        "after the other, each with the host to itself)",
+    )
     p.add_argument(
         "--image",
         action="append",

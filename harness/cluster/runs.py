@@ -110,6 +110,22 @@ def reap() -> tuple[int, int]:
     return containers, networks
 
 
+def remove_mine() -> tuple[int, int]:
+    """Remove every container and network this process started, whichever of
+    its runs (threads) made them: what an interrupted process tears down when
+    its runs cannot unwind their own clusters."""
+    mine = this_owner()
+    found = [*engine.labelled_containers(), *engine.labelled_networks()]
+    owned = sorted(
+        {r.labels[engine.RUN_LABEL] for r in found if r.labels.get(engine.OWNER_LABEL) == mine}
+    )
+    containers = networks = 0
+    for run in owned:
+        removed = engine.remove_labelled(run=run, racing=True)
+        containers, networks = containers + removed[0], networks + removed[1]
+    return containers, networks
+
+
 def owner_summary(labels: dict[str, str]) -> str:
     """Who owns a resource, for `python -m harness status`: `kept` (detached),
     `pid N`, `pid N gone` (the reaper will remove it), another host's name, or

@@ -30,19 +30,23 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from harness.cluster import images
+from harness.cluster import images, runs
 from harness.cluster.cluster import Cluster, Node
+from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
 from harness.experiment.configs import DYNAMIC_MEMBERSHIP, RunConfig
 from harness.experiment.history import History, clear_histories, history_name
+
+_log = log.get(__name__)
 
 LOG_LINE = "log line"  # observation: a Ray log line, at its own time; target: whose log
 SHOWN_AS = "shown as"  # a Facts field's metadata key: its row in the report
@@ -259,45 +263,97 @@ def logged(history: History, target: str, needle: str, since: float = float("-in
 
 
 def run_scenario(
-    scenario: Scenario, specs: list[images.ImageSpec] | None = None, out_dir: Path | None = None
+    scenario: Scenario,
+    specs: list[images.ImageSpec] | None = None,
+    out_dir: Path | None = None,
+    parallel: int = 1,
 ) -> ScenarioOutcome:
+    """Run the scenario once per configuration of each image and judge the runs.
+
+    `parallel` runs that many at once, each on its own cluster (runs are
+    isolated by run id and free ports). Each run's history is saved and judged
+    exactly as in a sequential run; only the wall time changes."""
     started = time.monotonic()
     specs = specs or scenario.default_images()
     out_dir = out_dir or RESULTS_DIR / scenario.name
     clear_histories(out_dir)
     tags = {spec: images.ensure_node_image(spec) for spec in specs}
-    histories: list[History] = []
-    for spec, tag in tags.items():
-        for config in scenario.configs(spec):
-            label = config.label
-            print(
-                f"scenario {scenario.name}: running on {label} "
-                f"({time.monotonic() - started:.0f}s so far)",
-                flush=True,
-            )
-            t = time.monotonic()
-            history = scenario.run_once(tag, config)
-            history.meta.update(
-                label=label,
-                config=config.to_meta(),
-                image=tag,
-                scenario=scenario.name,
-                options=scenario.options,
-                order=len(histories),
-                wall_s=round(time.monotonic() - t, 1),
-            )
-            # Saved before judging: a run that is judged wrongly can be judged again.
-            history.save(out_dir / history_name(label))
-            histories.append(history)
-            failed = sum(not r.ok for r in history.requests)
-            print(
-                f"scenario {scenario.name}: {label}: {failed} of "
-                f"{len(history.requests)} requests failed ({history.meta['wall_s']:.0f}s)",
-                flush=True,
-            )
+    plan = [(tag, config) for spec, tag in tags.items() for config in scenario.configs(spec)]
+
+    def run(order: int, tag: str, config: RunConfig) -> History:
+        label = config.label
+        log.progress(_log, f"scenario {scenario.name}: running on {label}", started)
+        t = time.monotonic()
+        history = scenario.run_once(tag, config)
+        history.meta.update(
+            label=label,
+            config=config.to_meta(),
+            image=tag,
+            scenario=scenario.name,
+            options=scenario.options,
+            order=order,
+            wall_s=round(time.monotonic() - t, 1),
+        )
+        # Saved before judging: a run that is judged wrongly can be judged again.
+        history.save(out_dir / history_name(label))
+        failed = sum(not r.ok for r in history.requests)
+        _log.info(
+            "scenario %s: %s: %d of %d requests failed (%.0fs)",
+            scenario.name,
+            label,
+            failed,
+            len(history.requests),
+            history.meta["wall_s"],
+        )
+        return history
+
+    if parallel <= 1:
+        histories = [run(order, tag, config) for order, (tag, config) in enumerate(plan)]
+    else:
+        histories = _run_concurrently(run, plan, parallel)
     outcome = judge_runs(scenario, histories, out_dir)
     outcome.wall_s = time.monotonic() - started
     return outcome
+
+
+def _run_concurrently(run, plan: list[tuple[str, RunConfig]], parallel: int) -> list[History]:
+    """`run(order, tag, config)` for every entry of `plan`, `parallel` at a
+    time, in daemon threads: the main thread only waits, so Ctrl-C reaches it,
+    and then it removes every cluster this process started (a run's own
+    `with Cluster` cannot unwind from another thread) before re-raising."""
+    results: dict[int, History] = {}
+    errors: list[BaseException] = []
+    pending = list(enumerate(plan))
+    running: list[threading.Thread] = []
+
+    def work(order: int, tag: str, config: RunConfig) -> None:
+        try:
+            results[order] = run(order, tag, config)
+        except BaseException as exc:  # re-raised in the main thread
+            errors.append(exc)
+
+    try:
+        while (pending or running) and not errors:
+            running = [t for t in running if t.is_alive()]
+            while pending and len(running) < parallel:
+                order, (tag, config) = pending.pop(0)
+                thread = threading.Thread(
+                    target=work,
+                    args=(order, tag, config),
+                    daemon=True,
+                    name=f"run-{config.label}",
+                )
+                thread.start()
+                running.append(thread)
+            time.sleep(0.2)
+        for thread in running:  # the others' errors wait for the runs in flight
+            thread.join()
+    except KeyboardInterrupt:
+        runs.remove_mine()
+        raise
+    if errors:
+        raise errors[0]
+    return [results[order] for order in sorted(results)]
 
 
 def judge_runs(
