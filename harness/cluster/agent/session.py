@@ -3,6 +3,27 @@
 from __future__ import annotations
 
 
+# The agent runs in the head, beside the GCS (`ray start --head --port`).
+GCS_ADDRESS = "127.0.0.1:6379"
+
+
+def gcs_tables():
+    """Ray's view of the GCS tables (nodes, actors) without joining the cluster
+    as a driver. `ray.init` starts a core worker and registers a job, seconds of
+    CPU on a busy node for every question, where reading a table takes
+    milliseconds; the harness asks such questions every second while it waits."""
+    import ray
+    from ray._raylet import GcsClientOptions
+
+    state = ray._private.state.state
+    state._initialize_global_state(
+        GcsClientOptions.create(
+            GCS_ADDRESS, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False
+        )
+    )
+    return state
+
+
 def connect():
     import ray
 

@@ -3,16 +3,15 @@ controller's own health metrics."""
 
 from __future__ import annotations
 
-from harness.cluster.agent.session import connect
+from harness.cluster.agent.session import connect, gcs_tables
 
 
 def nodes() -> list[dict]:
-    ray = connect()
     from ray.core.generated.common_pb2 import NodeDeathInfo
 
     keep = ("NodeID", "Alive", "NodeManagerAddress", "NodeManagerHostname", "Resources")
     found = []
-    for node in ray.nodes():
+    for node in gcs_tables().node_table():
         info = {k: v for k, v in node.items() if k in keep or k.startswith("Death")}
         if isinstance(info.get("DeathReason"), int):  # the enum's number; name it
             info["DeathReason"] = NodeDeathInfo.Reason.Name(info["DeathReason"])
@@ -23,8 +22,7 @@ def nodes() -> list[dict]:
 def actors() -> list[dict]:
     """Every actor the GCS knows, alive or dead, with its node, pid and times.
     From the GCS directly: the state API would need the dashboard."""
-    ray = connect()
-    table = ray._private.state.actors()
+    table = gcs_tables().actor_table(actor_id=None)
     return [
         {
             "id": a["ActorID"],
