@@ -34,6 +34,7 @@ from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
 
 HEAD_PORT = 6379
+RAY_STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
 SERVE_PORT = 8000
 METRICS_PORT = 8090  # a node's metrics agent, for a config that reads Ray's metrics
 HARNESS_MOUNT = "/opt/harness"
@@ -151,6 +152,14 @@ class Cluster:
         _progress(f"head up at {self.head.ip}", started)
         for i in range(1, cfg.workers + 1):
             self.workers.append(self._start_worker(i))
+        # Each worker's `ray start` says when its raylet has registered. Reading
+        # that costs the nodes nothing, where asking the GCS costs a Python with
+        # Ray imported in the head, every second, beside the nodes starting up.
+        self._wait(
+            lambda: all(RAY_STARTED in self.logs(w, tail=40) for w in self.workers),
+            f"`ray start` on {len(self.workers)} workers",
+            120,
+        )
         self._wait(
             lambda: len(self.alive_ray_nodes()) == len(self.nodes),
             f"{len(self.nodes)} Ray nodes alive",

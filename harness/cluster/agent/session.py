@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # The agent runs in the head, beside the GCS (`ray start --head --port`).
 GCS_ADDRESS = "127.0.0.1:6379"
 
