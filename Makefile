@@ -116,8 +116,11 @@ ladder-check: $(PY) ## check a timeout ladder, orderings A-J: make ladder-check 
 	@test -n "$(FILE)" || { echo "usage: make ladder-check FILE=path.yaml (see examples/ladder/)" >&2; exit 2; }
 	@$(call harness_run,$(HARNESS) ladder check $(FILE))
 
-lint: $(PY) ## ruff
+lint: $(PY) ## ruff check, ruff format --check, mypy over harness/, and the import layers
 	$(PY) -m ruff check harness tests
+	$(PY) -m ruff format --check harness tests
+	$(PY) -m mypy
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_layers.py
 
 clean: ## remove build/ (wheelhouse, workspace) and .venv; images stay
 	rm -rf build $(VENV)
