@@ -281,7 +281,9 @@ def cmd_up(args) -> None:
             cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app()))
             cluster.wait_lb_ready()
     except BaseException:
-        print("cluster: start-up did not finish; removing what was created", flush=True)
+        from harness.core import log
+
+        log.get(__name__).warning("cluster: start-up did not finish; removing what was created")
         cluster.down()
         raise
     print(

@@ -43,6 +43,7 @@ import tracemalloc
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
+from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
@@ -56,6 +57,8 @@ from harness.experiment.health import (
 )
 from harness.experiment.history import History
 from harness.experiment.nemesis import fail_health_check
+
+_log = log.get(__name__)
 
 SIZES = (16, 32, 48)  # 64 per mode saturates a 2-core machine; 96 did not deploy
 REPEATS = 3
@@ -95,10 +98,6 @@ def _save(partial: dict) -> None:
     """Keep what was measured so far: a later failure must not lose it."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench-health.json").write_text(json.dumps(partial, indent=1))
-
-
-def _progress(message: str, started: float) -> None:
-    print(f"bench-health: {message} ({time.monotonic() - started:.0f}s so far)", flush=True)
 
 
 def _counters(cluster: Cluster, pid: int) -> dict:
@@ -151,14 +150,15 @@ def measure_sizes(
     runs: list[dict] = []
     with _cluster(tag) as cluster:
         for replicas in sizes:
-            _progress(f"deploying 2 x {replicas} replicas", started)
+            log.progress(_log, f"bench-health: deploying 2 x {replicas} replicas", started)
             cluster.deploy(_config(replicas, "no health checks"), timeout_s=1200)
             pid = cluster.controller_pid()
             for repeat in range(repeats):
                 order = MODES[repeat % len(MODES) :] + MODES[: repeat % len(MODES)]
                 for mode in order:
-                    _progress(
-                        f"{replicas} replicas, repeat {repeat + 1}/{repeats}: "
+                    log.progress(
+                        _log,
+                        f"bench-health: {replicas} replicas, repeat {repeat + 1}/{repeats}: "
                         f"{mode}, {window_s:.0f}s",
                         started,
                     )
@@ -183,13 +183,15 @@ def measure_detection(tag: str, replicas: int, repeats: int, started: float, sav
     `save(detect)` after every sample."""
     detect: dict = {}
     with _cluster(tag) as cluster:
-        _progress(f"deploying 2 x {replicas} replicas", started)
+        log.progress(_log, f"bench-health: deploying 2 x {replicas} replicas", started)
         cluster.deploy(_config(replicas, "no health checks"), timeout_s=1200)
         for repeat in range(repeats):
             order = ("pull", "push") if repeat % 2 == 0 else ("push", "pull")
             for mode in order:
-                _progress(
-                    f"{replicas} replicas, repeat {repeat + 1}/{repeats}: times to detect, {mode}",
+                log.progress(
+                    _log,
+                    f"bench-health: {replicas} replicas, repeat {repeat + 1}/{repeats}: "
+                    f"times to detect, {mode}",
                     started,
                 )
                 detect.setdefault(mode, []).append(detection_times(cluster, replicas, mode))
@@ -227,12 +229,12 @@ def measure_stock(tag: str, replicas: int, window_s: float, started: float) -> d
     period), against its own no-health window."""
     config = appconfigs.deploy_config(_app("pull", replicas, IDLE_PERIOD_S))
     with _cluster(tag) as cluster:
-        _progress(f"stock 2.60.0: deploying {replicas} replicas", started)
+        log.progress(_log, f"bench-health: stock 2.60.0: deploying {replicas} replicas", started)
         cluster.deploy(config, timeout_s=1200)
         pid = cluster.controller_pid()
         _settle(cluster)
         idle = _window(cluster, pid, window_s)
-        _progress(f"stock 2.60.0: pull, {window_s:.0f}s", started)
+        log.progress(_log, f"bench-health: stock 2.60.0: pull, {window_s:.0f}s", started)
         cluster.deploy(appconfigs.deploy_config(_app("pull", replicas, PERIOD_S)), timeout_s=600)
         _settle(cluster)
         pull = _window(cluster, pid, window_s)
@@ -326,10 +328,13 @@ def measure_ingest(tag: str, window_s: float, started: float) -> dict:
         cluster.deploy(appconfigs.deploy_config(_app("push", 2, IDLE_PERIOD_S)), timeout_s=600)
         pid = cluster.controller_pid()
         _settle(cluster)
-        _progress(f"ingest: controller without reports, {window_s:.0f}s", started)
+        log.progress(
+            _log, f"bench-health: ingest: controller without reports, {window_s:.0f}s", started
+        )
         idle = _window(cluster, pid, window_s)
-        _progress(
-            f"ingest: {INGEST['nodes']} simulated nodes x "
+        log.progress(
+            _log,
+            f"bench-health: ingest: {INGEST['nodes']} simulated nodes x "
             f"{INGEST['replicas_per_node']} replicas, {window_s:.0f}s",
             started,
         )

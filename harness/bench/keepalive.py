@@ -24,11 +24,14 @@ import statistics
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.core import log
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment.checker import percentile
 from harness.experiment.history import History
 from harness.experiment.load import closed_loop
+
+_log = log.get(__name__)
 
 SETTING = "RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE"
 CLIENTS = (8, 32)
@@ -86,10 +89,7 @@ def measure(tag: str, enabled: bool) -> dict:
         cluster.deploy(_app())
         for kind, (path, per_client) in KINDS.items():
             for clients in CLIENTS:
-                print(
-                    f"bench-keepalive: {SETTING}={int(enabled)}, {kind}, {clients} clients",
-                    flush=True,
-                )
+                _log.info("bench-keepalive: %s=%d, %s, %d clients", SETTING, enabled, kind, clients)
                 # A short warm-up, not measured: the first connections and replicas' caches.
                 asyncio.run(
                     closed_loop(

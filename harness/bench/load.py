@@ -16,10 +16,13 @@ import asyncio
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.core import log
 from harness.core.pin import load_pin
 from harness.experiment.checker import percentile
 from harness.experiment.history import History
 from harness.experiment.load import LoadSpec, Mix, closed_loop, open_loop
+
+_log = log.get(__name__)
 
 
 def _rate(history: History) -> float:
@@ -38,24 +41,21 @@ def bench_load(requests: int = 3000, connections: int = 32, open_loop_s: float =
         cluster.wait_lb_ready()
         port = cluster.config.lb_port
 
-        print(
-            f"bench: 1/3 cluster rate, {requests} requests over {connections} connections",
-            flush=True,
-        )
+        _log.info("bench: 1/3 cluster rate, %d requests over %d connections", requests, connections)
         served = History()
         asyncio.run(closed_loop("127.0.0.1", port, requests, connections, served))
         cluster_rps = _rate(served)
 
-        print(f"bench: 2/3 generator capacity against /-/null, {requests * 3} requests", flush=True)
+        _log.info("bench: 2/3 generator capacity against /-/null, %d requests", requests * 3)
         null = History()
         asyncio.run(closed_loop("127.0.0.1", port, requests * 3, connections, null, path="/-/null"))
         generator_rps = _rate(null)
 
         offered = 3 * cluster_rps
-        print(
-            f"bench: 3/3 open loop at 3x the cluster rate ({offered:.0f}/s) for "
-            f"{open_loop_s:.0f}s against /-/null",
-            flush=True,
+        _log.info(
+            "bench: 3/3 open loop at 3x the cluster rate (%.0f/s) for %.0fs against /-/null",
+            offered,
+            open_loop_s,
         )
         paced = History()
         spec = LoadSpec(

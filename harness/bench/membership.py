@@ -31,6 +31,7 @@ import time
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
+from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.pin import load_pin
 from harness.experiment.checker import percentile
@@ -39,6 +40,8 @@ from harness.experiment.configs import (
     FAST_METRICS,
     MEMBERSHIP_CHURN,
 )
+
+_log = log.get(__name__)
 
 REPLICAS = 2
 # Serve's HAProxy manager: from the first coalesced broadcast to the update done.
@@ -86,13 +89,13 @@ def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
                     f"bench-membership {label}, round {number + 1}: {sample['error']}"
                 )
             samples.append(sample)
-            print(
+            log.progress(
+                _log,
                 f"bench-membership {label}: round {number + 1}/{rounds}: replica RUNNING "
                 f"{sample['started_s']:.2f}s after the change, routed "
                 f"{sample['routed_s'] * 1000:+.0f} ms later, "
-                f"{sample['haproxy_processes_started']} HAProxy processes started "
-                f"({time.monotonic() - started:.0f}s so far)",
-                flush=True,
+                f"{sample['haproxy_processes_started']} HAProxy processes started",
+                started,
             )
         time.sleep(3)
         after = _update_latency(cluster)

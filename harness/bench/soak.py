@@ -25,7 +25,7 @@ import time
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import Cluster, ClusterConfig
-from harness.core import paths
+from harness.core import log, paths
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
 from harness.experiment.history import History, clear_histories, history_name
@@ -33,6 +33,8 @@ from harness.experiment.load import LoadSpec, Mix, open_loop
 from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
 from harness.ladder.notice import SpotNotice
+
+_log = log.get(__name__)
 
 RESULTS_DIR = paths.RESULTS_DIR / "soak"
 
@@ -67,9 +69,8 @@ async def _preempt_on_schedule(
     while due + NOTICE.notice_s + TAIL_S <= started + duration_s:
         await asyncio.sleep(max(0.0, due - time.time()))
         target = next(w for w in cluster.workers if cluster.node_status(w) == "running")
-        print(
-            f"soak {label}: spot notice for {target.name} at +{time.time() - started:.0f}s",
-            flush=True,
+        _log.info(
+            "soak %s: spot notice for %s at +%.0fs", label, target.name, time.time() - started
         )
         await spot_preemption(cluster, target, history, NOTICE)
         await asyncio.to_thread(cluster.add_worker)
@@ -117,10 +118,13 @@ def one_run(
 
         preemptions = asyncio.run(main())
     verdict = checker.check(history)
-    print(
-        f"soak {label}: {verdict.requests:,} requests, {verdict.failures:,} failed, "
-        f"{preemptions} preemptions -> {verdict.result}",
-        flush=True,
+    _log.info(
+        "soak %s: %s requests, %s failed, %d preemptions -> %s",
+        label,
+        f"{verdict.requests:,}",
+        f"{verdict.failures:,}",
+        preemptions,
+        verdict.result,
     )
     return history, verdict
 
@@ -144,10 +148,10 @@ def soak(
     for config, ladder in CONFIGS.items():
         for number in range(1, runs + 1):
             label = f"{config} #{number}"
-            print(
-                f"soak: run {len(recorded) + 1} of {total} ({label}, {minutes:g} min; "
-                f"{(time.monotonic() - started) / 60:.1f} min so far)",
-                flush=True,
+            log.progress(
+                _log,
+                f"soak: run {len(recorded) + 1} of {total} ({label}, {minutes:g} min)",
+                started,
             )
             history, verdict = one_run(tag, label, ladder, minutes * 60, interval_s, rate)
             # What `analyze` needs to lay the runs out as this report does.

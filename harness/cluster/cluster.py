@@ -30,8 +30,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from harness.cluster import engine, frontlb, runs
+from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
+
+_log = log.get(__name__)
 
 HEAD_PORT = 6379
 RAY_STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
@@ -127,8 +130,9 @@ class Cluster:
         # for, and their networks subnets.
         containers, networks = runs.reap()
         if containers or networks:
-            _progress(
-                f"removed {containers} containers and {networks} networks "
+            log.progress(
+                _log,
+                f"cluster: removed {containers} containers and {networks} networks "
                 f"left by runs whose process is gone",
                 started,
             )
@@ -149,7 +153,7 @@ class Cluster:
             ],
         )
         self._wait(lambda: self._port_open(self.head, HEAD_PORT), "the head's GCS", 60)
-        _progress(f"head up at {self.head.ip}", started)
+        log.progress(_log, f"cluster: head up at {self.head.ip}", started)
         for i in range(1, cfg.workers + 1):
             self.workers.append(self._start_worker(i))
         # Each worker's `ray start` says when its raylet has registered. Reading
@@ -165,9 +169,9 @@ class Cluster:
             f"{len(self.nodes)} Ray nodes alive",
             120,
         )
-        _progress(f"{len(self.nodes)} Ray nodes alive", started)
+        log.progress(_log, f"cluster: {len(self.nodes)} Ray nodes alive", started)
         self.lb = self._start_lb()
-        _progress(f"front load balancer on {self.url}", started)
+        log.progress(_log, f"cluster: front load balancer on {self.url}", started)
         return self
 
     def add_worker(self) -> Node:
@@ -184,7 +188,7 @@ class Cluster:
             120,
         )
         frontlb.register(self._run_in_lb, node, SERVE_PORT)
-        _progress(f"{node.name} joined and registered with the front LB", started)
+        log.progress(_log, f"cluster: {node.name} joined and registered with the front LB", started)
         return node
 
     def down(self) -> tuple[int, int]:
@@ -363,6 +367,7 @@ class Cluster:
     def exec_head(self, args: list[str], check: bool = True) -> object:
         """Run the in-cluster agent, `python -m harness.cluster.agent ARGS`, in the
         head; its JSON answer."""
+        _log.debug("cluster: agent %s on the head", args[0])
         code, out = self.exec_in(
             self.head, ["python", "-m", "harness.cluster.agent", *args], check=check
         )
@@ -533,7 +538,3 @@ def _log_time(line: str) -> float | None:
         return None
     stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
     return stamp.replace(tzinfo=UTC).timestamp()
-
-
-def _progress(message: str, started: float) -> None:
-    print(f"cluster: {message} ({time.monotonic() - started:.0f}s)", flush=True)

@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.core import log
 from harness.core.errors import HarnessError
+
+_log = log.get(__name__)
 
 LABEL = "rayspot.harness"
 CLUSTER_LABEL = "rayspot.cluster"
@@ -113,9 +116,7 @@ def build_image(context: Path, tag: str, buildargs: dict[str, str], log_prefix: 
         if text:
             tail.append(text)
             if text.startswith("Step "):
-                print(
-                    f"{log_prefix}: {text.strip()} ({time.monotonic() - started:.0f}s)", flush=True
-                )
+                log.progress(_log, f"{log_prefix}: {text.strip()}", started)
 
 
 def import_rootfs(tar_stream, tag: str) -> None:

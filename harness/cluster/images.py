@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cluster import engine
-from harness.core import proc, wheels
+from harness.core import log, proc, wheels
 from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, DOCKER_DIR
 from harness.core.pin import Pin, load_pin, read_series
 from harness.patches.installed import apply_to_site_packages
 from harness.patches.workspace import extract_from_wheel
+
+_log = log.get(__name__)
 
 SUITE = "bookworm"
 # Same list on both paths (pulled slim image or debootstrap): what `ray start`
@@ -124,18 +126,19 @@ def ensure_base() -> str:
         return tag
     started = time.monotonic()
     if engine.try_pull(UPSTREAM_BASE):
-        print(f"base: {UPSTREAM_BASE} pulled; installing {' '.join(PACKAGES)}", flush=True)
+        _log.info("base: %s pulled; installing %s", UPSTREAM_BASE, " ".join(PACKAGES))
         with _context("base") as ctx:
             shutil.copy(DOCKER_DIR / "base.Dockerfile", ctx / "Dockerfile")
             engine.build_image(ctx, tag, {"PACKAGES": " ".join(PACKAGES)}, "base")
     else:
-        print(
-            f"base: no registry serves {UPSTREAM_BASE}; bootstrapping Debian {SUITE} "
-            f"with debootstrap from the host's apt mirror",
-            flush=True,
+        _log.info(
+            "base: no registry serves %s; bootstrapping Debian %s "
+            "with debootstrap from the host's apt mirror",
+            UPSTREAM_BASE,
+            SUITE,
         )
         _bootstrap_base(tag)
-    print(f"base: {tag} ready in {time.monotonic() - started:.0f}s", flush=True)
+    log.progress(_log, f"base: {tag} ready", started)
     return tag
 
 
@@ -169,10 +172,7 @@ def _bootstrap_base(tag: str) -> None:
             phase = line[3:].split(" ", 1)[0] if line.startswith("I: ") else ""
             if phase and phase not in phases_seen:
                 phases_seen.add(phase)
-                print(
-                    f"base: debootstrap {line[3:].strip()} ({time.monotonic() - started:.0f}s)",
-                    flush=True,
-                )
+                log.progress(_log, f"base: debootstrap {line[3:].strip()}", started)
         if debootstrap.wait() != 0:
             raise HarnessError(
                 "debootstrap failed:\n"
@@ -228,7 +228,7 @@ def ensure_ray_layer(version: str, pin: Pin) -> str:
         engine.build_image(
             ctx, tag, {"BASE_IMAGE": base, "RAY_REQUIREMENT": release.requirement}, f"ray {version}"
         )
-    print(f"ray {version}: {tag} built in {time.monotonic() - started:.0f}s", flush=True)
+    log.progress(_log, f"ray {version}: {tag} built", started)
     return tag
 
 
@@ -256,7 +256,7 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
     patches = read_series()
     tag = node_tag(spec, pin, ray_tag, patches)
     if engine.image_exists(tag):
-        print(f"image {spec}: {tag} is up to date", flush=True)
+        _log.info("image %s: %s is up to date", spec, tag)
         return tag
     started = time.monotonic()
     if spec.flavor == "stock":
@@ -267,7 +267,7 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
             wheel = wheels.verify_ray_wheel(wheels.wheelhouse_for(pin.ray), pin.ray)
             patched_serve_tree(wheel, patches, pin, ctx / "serve")
             engine.build_image(ctx, tag, {"RAY_IMAGE": ray_tag}, f"image {spec}")
-    print(f"image {spec}: {tag} built in {time.monotonic() - started:.1f}s", flush=True)
+    log.progress(_log, f"image {spec}: {tag} built", started)
     return tag
 
 

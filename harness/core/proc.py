@@ -10,12 +10,16 @@ naming the program when it cannot be started, instead of a traceback.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from harness.core import log
 from harness.core.errors import HarnessError
+
+_log = log.get(__name__)
 
 # Named here so callers can type a result and catch a timeout without
 # importing subprocess themselves.
@@ -43,6 +47,7 @@ def run(
     Past `timeout` seconds the child is killed and `TimeoutExpired` raised,
     with what it had printed so far as text."""
     args = [str(arg) for arg in cmd]
+    _log.debug("run: %s%s", shlex.join(args), f"  (in {cwd})" if cwd else "")
     try:
         return subprocess.run(
             args,
@@ -70,6 +75,7 @@ def start(cmd: Command, *, merge_stderr: bool = False, text: bool = False) -> Po
     read while it runs (debootstrap's progress) or streamed on (a tar of a
     root file system). `merge_stderr` sends stderr down the same pipe."""
     args = [str(arg) for arg in cmd]
+    _log.debug("start: %s", shlex.join(args))
     try:
         return subprocess.Popen(
             args,

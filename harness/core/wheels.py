@@ -12,10 +12,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.core import proc
+from harness.core import log, proc
 from harness.core.errors import HarnessError
 from harness.core.paths import WHEELHOUSE_DIR
 from harness.core.pin import RayRelease
+
+_log = log.get(__name__)
 
 _COMPLETE = ".complete"
 
@@ -44,7 +46,7 @@ def ensure_wheelhouse(release: RayRelease, python: str = sys.executable) -> Path
         return house
     partial = house.with_name(house.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
-    print(f"wheelhouse: downloading {release.requirement} into {house} ...", flush=True)
+    _log.info("wheelhouse: downloading %s into %s ...", release.requirement, house)
     # The host and the image are both CPython 3.11 on glibc x86_64, so the host's
     # pip picks the right wheels. (`--only-binary=:all:` makes pip's resolver
     # crawl for minutes here; sdists are refused below instead.)
@@ -94,7 +96,7 @@ def ensure_requirement_wheelhouse(requirement: str, python: str = sys.executable
         return house
     partial = house.with_name(house.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
-    print(f"wheelhouse: downloading {requirement} into {house} ...", flush=True)
+    _log.info("wheelhouse: downloading %s into %s ...", requirement, house)
     cmd = [python, "-m", "pip", "download", "--quiet", "-d", str(partial), requirement]
     result = proc.run(cmd)
     if result.returncode != 0:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core import log
 from harness.core.errors import HarnessError, listing
 from harness.core.git import run_git
 from harness.core.pin import RayRelease, check_installed, installed_ray
@@ -25,6 +26,8 @@ from harness.core.proc import output_tail
 from harness.core.wheels import sha256_file
 from harness.patches import journal
 from harness.patches.patch_files import STRIP, patch_paths
+
+_log = log.get(__name__)
 
 
 @dataclass(frozen=True)
@@ -249,8 +252,10 @@ def revert_site_packages(site_packages: Path, *, force: bool = False) -> list[st
     """Put back the original files, delete the ones the patches created, and drop
     the state. Returns the files restored or removed; prints one summary line."""
     site = site_packages
+    # A recovery finished an interrupted apply or revert first: worth a word,
+    # and the revert goes on.
     for note in journal.recover(site):
-        print(f"patches: {note}")
+        _log.warning("patches: %s", note)
     state = journal.read_state(site)
     if state is None:
         print(f"patches: nothing is applied to {site}; nothing to revert.")

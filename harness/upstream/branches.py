@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from harness.core import log
 from harness.core.errors import HarnessError, listing
 from harness.core.git import git_output, run_git
 from harness.core.paths import BUILD_DIR
@@ -28,12 +28,9 @@ from harness.patches.patch_files import SERVE, patch_paths
 from harness.patches.workspace import build_workspace, extract_from_wheel
 from harness.upstream.testenv import PatchTests, TestEnv, run_patch_tests
 
+_log = log.get(__name__)
+
 STANDIN_DIR = BUILD_DIR / "ray-standin"
-
-
-def progress(message: str, started: float) -> None:
-    """One progress line of an upstream verb, with the time since it started."""
-    print(f"{message} ({time.monotonic() - started:.1f}s so far)", flush=True)
 
 
 # ------------------------------------------------------------ patches as PRs
@@ -272,10 +269,11 @@ def pr_branches(
         )
     outside = _outside_serve(patches)
     if outside and env is not None:
-        print(
-            f"pr-branches: note: the tests see the wheel's copy of {listing(outside)}; "
-            f"only {SERVE} is laid over the installed Ray.",
-            flush=True,
+        _log.warning(
+            "pr-branches: note: the tests see the wheel's copy of %s; "
+            "only %s is laid over the installed Ray.",
+            listing(outside),
+            SERVE,
         )
 
     scratch = Path(tempfile.mkdtemp(prefix="ray-pr-branches-"))
@@ -308,7 +306,8 @@ def pr_branches(
             if env is not None:
                 snapshots.append(scratch / f"tree-{i + 1}")
                 _snapshot(pristine, worktree, base, snapshots[-1])
-            progress(
+            log.progress(
+                _log,
                 f"pr-branches: [{i + 1}/{len(patches)}] {name}: {patch.name} applied "
                 f"({rows[-1].applies})",
                 started,
@@ -317,8 +316,10 @@ def pr_branches(
         if env is not None:
             for i, row in enumerate(rows):
                 row.tests = run_patch_tests(env, patches, i, snapshots[i], scratch)
-                progress(
-                    f"pr-branches: [{i + 1}/{len(rows)}] tests on {row.name}: {row.tests}", started
+                log.progress(
+                    _log,
+                    f"pr-branches: [{i + 1}/{len(rows)}] tests on {row.name}: {row.tests}",
+                    started,
                 )
         tested_at = time.monotonic()
         _update_refs(repo, [(r.name, r.commit, existing.get(r.name)) for r in rows])
@@ -326,12 +327,12 @@ def pr_branches(
         if added:
             removed = run_git(["worktree", "remove", "--force", worktree], repo, isolated=False)
             if removed.returncode != 0:
-                print(
-                    f"pr-branches: warning: could not remove the temporary worktree "
-                    f"{worktree} ({output_tail(removed)}); run `git -C {repo} worktree prune` "
-                    f"after deleting it.",
-                    file=sys.stderr,
-                    flush=True,
+                _log.warning(
+                    "pr-branches: warning: could not remove the temporary worktree "
+                    "%s (%s); run `git -C %s worktree prune` after deleting it.",
+                    worktree,
+                    output_tail(removed),
+                    repo,
                 )
         shutil.rmtree(scratch, ignore_errors=True)
     done = time.monotonic()

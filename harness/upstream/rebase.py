@@ -13,12 +13,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core import log
 from harness.core.git import git_output, run_git
 from harness.core.proc import output_tail
 from harness.patches.patch_files import SERVE
 from harness.patches.workspace import extract_from_wheel
-from harness.upstream.branches import patch_number, progress
+from harness.upstream.branches import patch_number
 from harness.upstream.testenv import PatchTests, TestEnv, run_patch_tests
+
+_log = log.get(__name__)
 
 
 @dataclass
@@ -213,12 +216,14 @@ def rebase_check(
             if applies == "fails":
                 blocked = patch_number(patch)
                 row.not_run = "it does not apply"
-                progress(f"rebase-check: {patch.name}: does not apply", started)
+                log.progress(_log, f"rebase-check: {patch.name}: does not apply", started)
                 continue
             git_output(["commit", "--quiet", "--no-verify", "-m", patch.name], repo, identity=True)
             if env is None:
                 row.not_run = "no test environment"
             else:
                 row.tests = run_patch_tests(env, patches, i, repo / "python", scratch)
-            progress(f"rebase-check: {patch.name}: {applies}; tests {row.tests_text}", started)
+            log.progress(
+                _log, f"rebase-check: {patch.name}: {applies}; tests {row.tests_text}", started
+            )
     return RebaseResult(version, target_wheel.name, rows, notes, time.monotonic() - started)
