@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.cluster import engine, frontlb, runs
-from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.cluster.cluster import RAY_STARTED, Cluster, ClusterConfig
 from harness.core.errors import HarnessError
 
 
@@ -33,6 +33,7 @@ class FakeEngine:
             "ip_address",
             "status",
             "exec_in",
+            "logs",
             "remove_labelled",
         ):
             monkeypatch.setattr(engine, name, getattr(self, name))
@@ -72,6 +73,9 @@ class FakeEngine:
 
     def status(self, container):
         return "running"
+
+    def logs(self, container, tail):
+        return f"Local node IP: {container.ip}\n{RAY_STARTED}\n"
 
     def exec_in(self, container, cmd, *, check=True):
         if cmd[-1] == "nodes":
