@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 
 def connect():
     import ray
 
-    ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
     return ray
 
 

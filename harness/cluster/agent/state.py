@@ -8,7 +8,8 @@ from harness.cluster.agent.session import connect
 
 def nodes() -> list[dict]:
     ray = connect()
-    from ray.core.generated.common_pb2 import NodeDeathInfo
+    # Ray ships its generated protobuf modules without .pyi.
+    from ray.core.generated.common_pb2 import NodeDeathInfo  # type: ignore[attr-defined]
 
     keep = ("NodeID", "Alive", "NodeManagerAddress", "NodeManagerHostname", "Resources")
     found = []
