@@ -208,6 +208,16 @@ class Ladder:
             )
         return SpotNotice(self.notice_s, self.detection_s, self.drain_deadline_s)
 
+    @property
+    def known_request_timeout_s(self) -> float:
+        """request_timeout_s, for a run whose clients must outwait it."""
+        return _known(self.request_timeout_s, "request_timeout_s")
+
+    @property
+    def known_long_runner_s(self) -> float:
+        """long_runner_s, for a run whose load sends long requests up to it."""
+        return _known(self.long_runner_s, "long_runner_s")
+
     def scaled(self, factor: float) -> Ladder:
         if factor <= 0:
             raise HarnessError(f"ladder scale factor must be positive, got {factor}")
@@ -718,6 +728,14 @@ class Ladder:
                 "node keeps getting traffic; not checked here",
             ),
         )
+
+
+def _known(value: float | None, name: str) -> float:
+    # The scenarios run the default ladder, which gives every value; a
+    # description's may leave some to the environment.
+    if value is None:
+        raise HarnessError(f"the ladder does not give {name}, which this run needs")
+    return value
 
 
 def _env_num(value: float) -> str:
