@@ -36,7 +36,7 @@ def bench_load(requests: int = 3000, connections: int = 32, open_loop_s: float =
     with Cluster(ClusterConfig(image=tag, name="rayspot-bench")) as cluster:
         cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app()))
         cluster.wait_lb_ready()
-        port = cluster.config.lb_port
+        port = cluster.lb_port
 
         print(
             f"bench: 1/3 cluster rate, {requests} requests over {connections} connections",
