@@ -384,6 +384,8 @@ def cmd_upstream(args) -> None:
             ) from exc
     pinned_house = wheels.ensure_wheelhouse(pin.ray)
     pinned_wheel = wheels.verify_ray_wheel(pinned_house, pin.ray)
+    # Each action below gets the result of its own kind.
+    result: branches.BranchesResult | rebase.RebaseResult
     if args.action == "standin":
         # Resolved, so the path printed for RAY_SRC works from wherever make runs.
         dest = branches.build_standin(

@@ -276,7 +276,7 @@ def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
     victims: dict[str, str] = {}
 
     async def get(path: str, timeout_s: float):
-        conn = HTTPConnection("127.0.0.1", cluster.config.lb_port, -1)
+        conn = HTTPConnection("127.0.0.1", cluster.lb_port, -1)
         try:
             return await conn.get(path, "bench", timeout_s)
         finally:
@@ -284,7 +284,7 @@ def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
 
     history = History()
     replica = asyncio.run(
-        fail_health_check(history, "127.0.0.1", cluster.config.lb_port, prefix=f"/{mode}")
+        fail_health_check(history, "127.0.0.1", cluster.lb_port, prefix=f"/{mode}")
     )
     flipped = history.events[-1].time
     detected = wait_for_unhealthy(cluster, replica, flipped - 1, DETECT_TIMEOUT_S)

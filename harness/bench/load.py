@@ -39,7 +39,7 @@ def bench_load(requests: int = 3000, connections: int = 32, open_loop_s: float =
     with Cluster(ClusterConfig(image=tag, name="rayspot-bench")) as cluster:
         cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app()))
         cluster.wait_lb_ready()
-        port = cluster.config.lb_port
+        port = cluster.lb_port
 
         _log.info("bench: 1/3 cluster rate, %d requests over %d connections", requests, connections)
         served = History()

@@ -86,10 +86,10 @@ def one_run(
     # runs for the report without failing on them, as `make soak` does.
     history = History({"label": label, "claim": ladder is not None})
     env = ladder.node_env() if ladder else {}
-    long_s = (ladder.long_runner_min_s, ladder.long_runner_s) if ladder else (8.0, 20.0)
+    long_s = (ladder.long_runner_min_s, ladder.known_long_runner_s) if ladder else (8.0, 20.0)
     # The client waits longer than any server-side bound, so what it records is
     # the cluster's answer, not its own impatience.
-    timeout_s = (ladder.request_timeout_s if ladder else 60.0) + 30
+    timeout_s = (ladder.known_request_timeout_s if ladder else 60.0) + 30
     with Cluster(
         ClusterConfig(
             image=tag, name="rayspot-soak", workers=2, env=env, worker_resources={"w": 10}
@@ -107,9 +107,7 @@ def one_run(
                 mix=Mix(short=0.85, long=0.10, stream=0.05, long_s=long_s, long_path="/long/"),
                 timeout_s=timeout_s,
             )
-            load = asyncio.create_task(
-                open_loop("127.0.0.1", cluster.config.lb_port, spec, history)
-            )
+            load = asyncio.create_task(open_loop("127.0.0.1", cluster.lb_port, spec, history))
             preemptions = await _preempt_on_schedule(
                 cluster, history, duration_s, interval_s, started, label
             )

@@ -28,6 +28,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from harness.cluster import engine, frontlb, runs
 from harness.core import log
@@ -97,7 +98,7 @@ class Cluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
         self._network = None
-        self.head: Node | None = None
+        self._head: Node | None = None
         self.workers: list[Node] = []
         self.lb: Node | None = None
         self.run = runs.new_run_id()
@@ -116,12 +117,26 @@ class Cluster:
         self.down()
 
     @property
+    def head(self) -> Node:
+        """The head node, from up() until down()."""
+        if self._head is None:
+            raise HarnessError(f"cluster {self.config.name} is not up: it has no head node")
+        return self._head
+
+    @property
     def nodes(self) -> list[Node]:
-        return ([self.head] if self.head else []) + self.workers
+        return ([self._head] if self._head else []) + self.workers
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.config.lb_port}"
+
+    @property
+    def lb_port(self) -> int:
+        """The front LB's port on 127.0.0.1, known once it started (it may be picked then)."""
+        if self.config.lb_port is None:
+            raise HarnessError(f"cluster {self.config.name} has no front LB port yet")
+        return self.config.lb_port
 
     def up(self) -> Cluster:
         cfg = self.config
@@ -139,7 +154,7 @@ class Cluster:
         if cfg.lb_port:
             frontlb.check_port_free(cfg.lb_port)
         self._network = self._create_network()
-        self.head = self._start_node(
+        self._head = self._start_node(
             "head",
             [
                 "ray",
@@ -194,7 +209,7 @@ class Cluster:
     def down(self) -> tuple[int, int]:
         """Remove everything this run created, and nothing of any other run."""
         removed = engine.remove_labelled(run=self.run)
-        self.head, self.workers, self.lb, self._network = None, [], None, None
+        self._head, self.workers, self.lb, self._network = None, [], None, None
         return removed
 
     # ------------------------------------------------------------------ nodes
@@ -284,9 +299,11 @@ class Cluster:
         )
 
     def _start_lb(self) -> Node:
-        if not self.config.lb_port:
+        port = self.config.lb_port
+        if not port:
             # Picked now, not at the start: the engine binds it a moment later.
-            self.config = replace(self.config, lb_port=frontlb.free_port())
+            port = frontlb.free_port()
+            self.config = replace(self.config, lb_port=port)
         cfg = self.config
         name = self._resource_name("lb")
         container = engine.create_container(
@@ -296,7 +313,7 @@ class Cluster:
             hostname="lb",
             network=self._network_name,
             labels=self._labels("lb"),
-            publish={frontlb.LISTEN_PORT: ("127.0.0.1", cfg.lb_port)},
+            publish={frontlb.LISTEN_PORT: ("127.0.0.1", port)},
         )
         engine.put_archive(
             container, frontlb.CONFIG_ROOT, frontlb.config_archive(self.nodes, SERVE_PORT)
@@ -364,9 +381,10 @@ class Cluster:
 
     # ------------------------------------------------------------------ queries
 
-    def exec_head(self, args: list[str], check: bool = True) -> object:
+    def exec_head(self, args: list[str], check: bool = True) -> Any:
         """Run the in-cluster agent, `python -m harness.cluster.agent ARGS`, in the
-        head; its JSON answer."""
+        head; its JSON answer, a dict or a list shaped by the command (see
+        harness/cluster/agent)."""
         _log.debug("cluster: agent %s on the head", args[0])
         code, out = self.exec_in(
             self.head, ["python", "-m", "harness.cluster.agent", *args], check=check
@@ -378,13 +396,15 @@ class Cluster:
             )
         return json.loads(lines[-1])
 
-    def alive_ray_nodes(self) -> list[dict]:
+    def alive_ray_nodes(self) -> list[dict[str, Any]]:
         try:
             return [n for n in self.exec_head(["nodes"], check=False) if n["Alive"]]
         except HarnessError:
             return []
 
-    def deploy(self, config: dict, timeout_s: float = 180, wait: bool = True) -> dict:
+    def deploy(
+        self, config: dict[str, Any], timeout_s: float = 180, wait: bool = True
+    ) -> dict[str, Any]:
         """Deploy declaratively; with `wait`, until every app is RUNNING."""
         args = ["deploy", json.dumps(config), "--timeout", str(timeout_s if wait else 0)]
         result = self.exec_head(args, check=False)
@@ -411,13 +431,13 @@ class Cluster:
         except KeyError:
             raise HarnessError(f"no alive Ray node has {node.name}'s address {node.ip}") from None
 
-    def ray_node(self, node_id: str) -> dict:
+    def ray_node(self, node_id: str) -> dict[str, Any]:
         for info in self.exec_head(["nodes"]):
             if info["NodeID"] == node_id:
                 return info
         raise HarnessError(f"the GCS does not know node {node_id}")
 
-    def actors(self) -> list[dict]:
+    def actors(self) -> list[dict[str, Any]]:
         return self.exec_head(["actors"])
 
     def replica_names(self, app: str, deployment: str) -> set[str]:
@@ -426,9 +446,9 @@ class Cluster:
             a["name"] for actors in self.replicas_by_node(app, deployment).values() for a in actors
         }
 
-    def replicas_by_node(self, app: str, deployment: str) -> dict[str, list[dict]]:
+    def replicas_by_node(self, app: str, deployment: str) -> dict[str, list[dict[str, Any]]]:
         """Alive replica actors of a deployment, by Ray node id."""
-        by_node: dict[str, list[dict]] = {}
+        by_node: dict[str, list[dict[str, Any]]] = {}
         for actor in self.actors():
             if actor["class"] == f"ServeReplica:{app}:{deployment}" and actor["state"] == "ALIVE":
                 by_node.setdefault(actor["node_id"], []).append(actor)
@@ -454,7 +474,9 @@ class Cluster:
             for member in tar.getmembers():
                 if where not in member.name or not member.isfile():
                     continue
-                for raw in tar.extractfile(member).read().decode(errors="replace").splitlines():
+                file = tar.extractfile(member)
+                assert file is not None  # a regular file's member has its data
+                for raw in file.read().decode(errors="replace").splitlines():
                     if any(needle in raw for needle in needles):
                         stamp = _log_time(raw)
                         if stamp is not None:
@@ -486,6 +508,8 @@ class Cluster:
         return [int(pid) for pid in out.split()] if code == 0 else []
 
     def _run_in_lb(self, argv: list[str]) -> tuple[int, str]:
+        if self.lb is None:
+            raise HarnessError(f"cluster {self.config.name} has no front LB running")
         return self.exec_in(self.lb, argv)
 
     def lb_servers(self) -> dict[str, str]:

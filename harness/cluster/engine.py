@@ -22,11 +22,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.core import log
 from harness.core.errors import HarnessError
 
 _log = log.get(__name__)
+
+if TYPE_CHECKING:
+    # For annotations only: docker-py is imported late (docker_py()).
+    from docker.models.containers import Container as DockerContainer
 
 LABEL = "rayspot.harness"
 CLUSTER_LABEL = "rayspot.cluster"
@@ -47,8 +52,10 @@ def docker_py():
     try:
         import docker
     except ImportError:
-        docker = None
-    if not hasattr(docker, "from_env"):
+        found = False
+    else:
+        found = hasattr(docker, "from_env")
+    if not found:
         raise HarnessError(
             f"{sys.executable} has no docker-py (the `docker` package), which the harness "
             f"talks to the Docker engine with. Run the harness with the project's venv, "
@@ -155,12 +162,14 @@ class Container:
     name: str
     status: str  # created, running, paused, exited, ...
     labels: dict[str, str]
-    _container: object = field(repr=False, compare=False)
+    _container: DockerContainer = field(repr=False, compare=False)
 
     @property
     def image(self) -> str:
         """Its image's first tag, or the image's short id if it has none."""
         image = self._container.image
+        if image is None:  # docker-py found no image id on the container
+            return "?"
         return image.tags[0] if image.tags else image.short_id
 
     @property

@@ -162,6 +162,7 @@ def _bootstrap_base(tag: str) -> None:
             mirror,
         ]
         debootstrap = proc.start(cmd, merge_stderr=True, text=True)
+        assert debootstrap.stdout is not None  # proc.start pipes it
         last: list[str] = []
         phases_seen: set[str] = set()
         started = time.monotonic()

@@ -52,10 +52,12 @@ def this_owner() -> str:
 
 
 def _parse_owner(owner: str | None) -> tuple[str, int, str] | None:
+    if owner is None:
+        return None
     try:
         host, pid, start = owner.rsplit(":", 2)
         return host, int(pid), start
-    except (AttributeError, ValueError):
+    except ValueError:
         return None
 
 
@@ -101,7 +103,10 @@ def reap() -> tuple[int, int]:
     """Remove the containers and networks of every run on this host whose
     owner process is gone. Returns (containers, networks) removed. Live runs,
     detached clusters and other hosts' runs are left alone."""
-    found = [*engine.labelled_containers(), *engine.labelled_networks()]
+    found: list[engine.Container | engine.Network] = [
+        *engine.labelled_containers(),
+        *engine.labelled_networks(),
+    ]
     dead = sorted({r.labels[engine.RUN_LABEL] for r in found if abandoned(r.labels)})
     containers = networks = 0
     for run in dead:
@@ -115,7 +120,10 @@ def remove_mine() -> tuple[int, int]:
     its runs (threads) made them: what an interrupted process tears down when
     its runs cannot unwind their own clusters."""
     mine = this_owner()
-    found = [*engine.labelled_containers(), *engine.labelled_networks()]
+    found: list[engine.Container | engine.Network] = [
+        *engine.labelled_containers(),
+        *engine.labelled_networks(),
+    ]
     owned = sorted(
         {r.labels[engine.RUN_LABEL] for r in found if r.labels.get(engine.OWNER_LABEL) == mine}
     )

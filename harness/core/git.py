@@ -91,9 +91,15 @@ def run_git(
     return proc.run(cmd, cwd=cwd, env=env, input=input, stdin=stdin)
 
 
-def git_output(args: Sequence[str | os.PathLike[str]], cwd: Path, **kwargs: bool) -> str:
+def git_output(
+    args: Sequence[str | os.PathLike[str]],
+    cwd: Path,
+    *,
+    isolated: bool = True,
+    identity: bool = False,
+) -> str:
     """The stdout of `git ARGS`, or a HarnessError with git's own words."""
-    result = run_git(args, cwd, **kwargs)
+    result = run_git(args, cwd, isolated=isolated, identity=identity)
     if result.returncode != 0:
         raise HarnessError(
             f"`git {' '.join(map(str, args))}` failed in {cwd}:\n{proc.output_tail(result)}"

@@ -78,8 +78,9 @@ def installed_ray(site_packages: Path) -> tuple[str, str] | None:
     return fields.get("version", "?"), fields.get("commit", "?")
 
 
-def check_installed(site_packages: Path, release: RayRelease) -> None:
-    """Refuse to touch a Ray that is not the pinned one, naming both versions."""
+def check_installed(site_packages: Path, release: RayRelease) -> tuple[str, str]:
+    """Refuse to touch a Ray that is not the pinned one, naming both versions;
+    (version, commit) of the one found."""
     found = installed_ray(site_packages)
     if found is None:
         raise HarnessError(
@@ -93,3 +94,4 @@ def check_installed(site_packages: Path, release: RayRelease) -> None:
             f"to Ray {release.version} (commit {release.commit}). Nothing was changed. "
             f"Run `make setup` to reinstall the pinned Ray, or rebase the series."
         )
+    return found

@@ -25,7 +25,15 @@ _log = log.get(__name__)
 # importing subprocess themselves.
 CompletedProcess = subprocess.CompletedProcess
 Popen = subprocess.Popen
-TimeoutExpired = subprocess.TimeoutExpired
+
+
+class TimeoutExpired(subprocess.TimeoutExpired):
+    """A child `run` killed past its timeout. What it had printed so far is in
+    `output` (which `stdout` reads) and `stderr` as text: subprocess keeps
+    bytes there even in text mode, and its stubs say so."""
+
+    output: str | None
+
 
 Command = Sequence[str | os.PathLike[str]]
 
@@ -65,9 +73,9 @@ def run(
     except subprocess.TimeoutExpired as exc:
         # subprocess keeps the partial output of a killed child as bytes even
         # in text mode; every message that quotes it wants text.
-        exc.stdout = _text(exc.stdout)
-        exc.stderr = _text(exc.stderr)
-        raise
+        raise TimeoutExpired(
+            exc.cmd, exc.timeout, output=_text(exc.output), stderr=_text(exc.stderr)
+        ) from None
 
 
 def start(cmd: Command, *, merge_stderr: bool = False, text: bool = False) -> Popen:

@@ -130,11 +130,8 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 def latency_of(requests: Iterable[Request], from_scheduled: bool = False) -> Latency | None:
     """Percentiles of the successful requests' latency, from the send or from
     the time each was due (only rows the open loop scheduled have one)."""
-    values = sorted(
-        r.end - (r.scheduled if from_scheduled else r.start)
-        for r in requests
-        if r.ok and not (from_scheduled and r.scheduled is None)
-    )
+    starts = ((r, r.scheduled if from_scheduled else r.start) for r in requests if r.ok)
+    values = sorted(r.end - start for r, start in starts if start is not None)
     if not values:
         return None
     return Latency(

@@ -22,6 +22,7 @@ import json
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.experiment.history import (
@@ -63,8 +64,23 @@ class HTTPConnection:
     @property
     def is_open(self) -> bool:
         return (
-            self._writer is not None and not self._writer.is_closing() and not self._reader.at_eof()
+            self._writer is not None
+            and not self._writer.is_closing()
+            and self._reader is not None
+            and not self._reader.at_eof()
         )
+
+    # The streams between connect() and close(); a request opens the
+    # connection before it touches them.
+    @property
+    def _open_reader(self) -> asyncio.StreamReader:
+        assert self._reader is not None, "read on a closed connection"
+        return self._reader
+
+    @property
+    def _open_writer(self) -> asyncio.StreamWriter:
+        assert self._writer is not None, "write on a closed connection"
+        return self._writer
 
     async def connect(self) -> None:
         self.connects += 1
@@ -78,12 +94,17 @@ class HTTPConnection:
         self._reader = self._writer = None
 
     async def get(
-        self, path: str, kind: str, timeout_s: float, scheduled: float | None = None
+        self,
+        path: str,
+        kind: str,
+        timeout_s: float,
+        scheduled: float | None = None,
+        on_cancelled: Callable[[Request], None] | None = None,
     ) -> Request:
         """Send one GET and return its row. Never raises for anything the peer
         or the network does: every outcome is a row with a class. Cancelling
-        it still cancels it; the CancelledError carries the request's
-        UNFINISHED row as `.row`, for the caller to record (see `_recorded`)."""
+        it still cancels it; `on_cancelled` first gets the request's
+        UNFINISHED row, for the caller to record (see `_recorded`)."""
         start = time.time()
         status: int | None = None
         error: str | None
@@ -92,19 +113,22 @@ class HTTPConnection:
             async with asyncio.timeout(timeout_s):
                 if not self.is_open:
                     await self.connect()
-                self._writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
-                await self._writer.drain()
+                self._open_writer.write(
+                    f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode()
+                )
+                await self._open_writer.drain()
                 status, headers, keep_alive = await self._read_head()
                 while 100 <= status < 200 and status != 101:
                     # An interim response (100 Continue, 103 Early Hints): the
                     # answer is the final one that follows it.
                     status, headers, keep_alive = await self._read_head()
                 body = await self._read_body(status, headers)
-        except asyncio.CancelledError as exc:
+        except asyncio.CancelledError:
             self.close()
             row = self._row(kind, start, status, UNFINISHED, scheduled)
             row.detail = "cancelled before it ended (the run ended, or its caller gave up)"
-            exc.row = row
+            if on_cancelled is not None:
+                on_cancelled(row)
             raise
         except TimeoutError:
             error = TRUNCATED if status else TIMEOUT
@@ -148,7 +172,7 @@ class HTTPConnection:
     async def _read_head(self) -> tuple[int, dict[str, str], bool]:
         """Status, headers, and whether the connection may carry another
         request (HTTP/1.1 unless `Connection: close`; 1.0 only with keep-alive)."""
-        raw = await self._reader.readuntil(b"\r\n\r\n")
+        raw = await self._open_reader.readuntil(b"\r\n\r\n")
         status_line, _, rest = raw.partition(b"\r\n")
         match = _STATUS_LINE.fullmatch(status_line)
         if not match:
@@ -169,29 +193,29 @@ class HTTPConnection:
         if status < 200 or status in (204, 304):
             return b""
         if _chunked(headers):
-            chunks = []
+            chunks: list[bytes] = []
             while True:
-                line = await self._reader.readuntil(b"\r\n")
+                line = await self._open_reader.readuntil(b"\r\n")
                 size_text = line.split(b";")[0].strip()
                 if not _HEX.fullmatch(size_text):
                     raise ProtocolError(f"bad chunk size {size_text[:40]!r}")
                 size = int(size_text, 16)
                 if size == 0:
                     # Trailer fields, if any, up to the empty line that ends them.
-                    while await self._reader.readuntil(b"\r\n") != b"\r\n":
+                    while await self._open_reader.readuntil(b"\r\n") != b"\r\n":
                         pass
                     return b"".join(chunks)
-                chunk = await self._reader.readexactly(size + 2)
+                chunk = await self._open_reader.readexactly(size + 2)
                 if chunk[-2:] != b"\r\n":
                     raise ProtocolError(f"chunk of {size} bytes not followed by CRLF")
                 chunks.append(chunk[:-2])
         if "content-length" not in headers:
             # No length and not chunked: the body runs to the connection's end.
-            return await self._reader.read()
+            return await self._open_reader.read()
         text = headers["content-length"]
         if not _DIGITS.fullmatch(text):
             raise ProtocolError(f"bad Content-Length {text[:40]!r}")
-        return await self._reader.readexactly(int(text))
+        return await self._open_reader.readexactly(int(text))
 
 
 def _tokens(value: str) -> set[str]:
@@ -220,11 +244,13 @@ async def _recorded(
 ) -> Request:
     """`conn.get` whose row is recorded under `ticket` however it ends,
     cancellation included (the cancellation then goes on)."""
-    try:
-        row = await conn.get(path, kind, timeout_s, scheduled=scheduled)
-    except asyncio.CancelledError as exc:
-        history.record(ticket, exc.row)
-        raise
+    row = await conn.get(
+        path,
+        kind,
+        timeout_s,
+        scheduled=scheduled,
+        on_cancelled=lambda unfinished: history.record(ticket, unfinished),
+    )
     history.record(ticket, row)
     return row
 

@@ -155,6 +155,10 @@ async def fail_health_check(history: History, host: str, port: int, prefix: str 
     conn.close()
     if row.error:
         raise HarnessError(f"could not reach the app to fail a health check: {row.error}")
+    if row.replica is None:
+        raise HarnessError(
+            "the app that was to fail a health check did not say which replica it is"
+        )
     _event(history, "health_failure", "start", row.replica, label="check_health fails")
     return row.replica
 

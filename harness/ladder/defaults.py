@@ -50,15 +50,15 @@ class EnvKnob:
 
     field: str | None  # the Ladder field it sets; None: checked, not modelled
     parse: str  # how Ray 2.60.0 parses it
-    default: object
+    default: float | None  # when unset; a flag's is 0, off
     where: str  # the default's file:line in the 2.60.0 wheel
 
 
 ENV_KNOBS = {
-    "RAY_SERVE_ENABLE_HA_PROXY": EnvKnob(None, "flag", "0", "ray/serve/_private/constants.py:752"),
+    "RAY_SERVE_ENABLE_HA_PROXY": EnvKnob(None, "flag", 0, "ray/serve/_private/constants.py:752"),
     # HAProxy mode forces direct ingress on whatever this says (constants.py:1126-1128).
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": EnvKnob(
-        None, "any", "0", "ray/serve/_private/constants.py:747-749"
+        None, "any", 0, "ray/serve/_private/constants.py:747-749"
     ),
     "RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S": EnvKnob(
         "haproxy_timeout_server_s", "int-or-empty", None, "ray/serve/_private/constants.py:864-869"

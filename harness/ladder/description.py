@@ -12,6 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import HarnessError
 from harness.ladder.defaults import (
@@ -22,6 +23,13 @@ from harness.ladder.defaults import (
     SET_BY,
 )
 from harness.ladder.model import Deployment, Ladder, Ordering, format_number
+
+if TYPE_CHECKING:
+    # For annotations only: PyYAML is imported where a file is read.
+    from yaml.nodes import Node
+
+    # A mapping's entries: key -> (key node, value node), for errors that name a line.
+    Entries = dict[str, tuple[Node, Node]]
 
 _TOP = ("node_env", "http_options", "deployments", "app", "spot", "load_balancer", "margin")
 _HTTP = ("request_timeout_s", "keep_alive_timeout_s")
@@ -58,7 +66,7 @@ def parse_duration(value: object) -> float:
     if isinstance(value, str):
         match = _DURATION.fullmatch(value.strip().lower())
         unit = match.group(2) or "s" if match else None
-        if unit not in _UNITS:
+        if match is None or unit not in _UNITS:
             raise ValueError(
                 f"{value!r} is not a duration: use seconds (120) or a number "
                 f"with a unit (500ms, 120s, 2m, 1.5 min, 1h)"
@@ -100,9 +108,9 @@ class _Doc:
                 if exc.context and exc.context_mark
                 else ""
             )
+            where = f"{path}:{mark.line + 1}" if mark is not None else f"{path}"
             raise HarnessError(
-                f"{path}:{mark.line + 1}: not valid YAML: {exc.problem}"
-                f"{context}; nothing was checked"
+                f"{where}: not valid YAML: {exc.problem}{context}; nothing was checked"
             ) from None
         except yaml.YAMLError as exc:
             raise HarnessError(f"{path}: not valid YAML: {exc}; nothing was checked") from None
@@ -122,12 +130,13 @@ class _Doc:
             raise self.error(node, "expected a single value here, not a list or a mapping")
         return self.loader.construct_object(node)
 
-    def mapping(self, node, where: str, known: tuple[str, ...] | None) -> dict:
+    def mapping(self, node, where: str, known: tuple[str, ...] | None) -> Entries:
         """{key: (key node, value node)}; unknown and repeated keys are errors. YAML
         merge keys (`<<: *anchor`) work, so node groups can share one env."""
         if not isinstance(node, self.yaml.MappingNode):
             raise self.error(node, f"{where} must be a mapping of keys to values")
-        merged, own = {}, {}
+        merged: Entries = {}
+        own: Entries = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 parts = (
@@ -161,7 +170,7 @@ class _Doc:
             raise self.error(node, f"{where}: {exc}") from None
 
 
-def _parse_env(doc: _Doc, name: str, node) -> object:
+def _parse_env(doc: _Doc, name: str, node) -> float | None:
     """An env value exactly as Ray 2.60.0 reads it: a unit suffix that Ray would
     choke on is an error here too."""
     knob = ENV_KNOBS[name]
@@ -272,10 +281,13 @@ def _optional_duration(
         rows.append((label, "?", f"not given: set by {SET_BY[ladder_field]}"))
 
 
-def _shared_fields(doc: _Doc, top: dict) -> tuple[dict, list]:
+def _shared_fields(doc: _Doc, top: Entries) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """Ladder fields and input rows of everything but the env."""
-    values, rows = {}, []
-    empty = {}
+    # Ladder keyword arguments of several types (numbers, the deployments);
+    # Ladder(**values) is what checks them.
+    values: dict[str, Any] = {}
+    rows: list[tuple[str, str, str]] = []
+    empty: Entries = {}
 
     http = (
         doc.mapping(top["http_options"][1], "http_options", _HTTP)
@@ -333,7 +345,7 @@ def _shared_fields(doc: _Doc, top: dict) -> tuple[dict, list]:
             raise doc.error(
                 options["ingress"][1], f"{where}.ingress: true or false, not {ingress!r}"
             )
-        d = {"name": name, "ingress": ingress}
+        d: dict[str, Any] = {"name": name, "ingress": ingress}  # Deployment(**d)'s arguments
         for key, attr, default, cite in (
             (
                 "graceful_shutdown_timeout_s",

@@ -96,8 +96,8 @@ def format_number(value: float) -> str:
 
 
 def _side(terms: list[Term]) -> tuple[str, float | None]:
-    values = [t.value for t in terms]
-    total = None if None in values else sum(values)
+    known = [t.value for t in terms if t.value is not None]
+    total = sum(known) if len(known) == len(terms) else None
     text = " + ".join(t.render() for t in terms)
     if len(terms) > 1 and total is not None:
         text += f" = {format_number(total)}"
@@ -199,7 +199,24 @@ class Ladder:
 
     @property
     def notice(self) -> SpotNotice:
+        """The spot notice the scenarios play out; a ladder that leaves any of
+        its times to the environment has none to play."""
+        if self.notice_s is None or self.detection_s is None or self.drain_deadline_s is None:
+            raise HarnessError(
+                "the ladder does not give the whole spot notice (notice_s, detection_s, "
+                "drain_deadline_s), so no preemption can be played out from it"
+            )
         return SpotNotice(self.notice_s, self.detection_s, self.drain_deadline_s)
+
+    @property
+    def known_request_timeout_s(self) -> float:
+        """request_timeout_s, for a run whose clients must outwait it."""
+        return _known(self.request_timeout_s, "request_timeout_s")
+
+    @property
+    def known_long_runner_s(self) -> float:
+        """long_runner_s, for a run whose load sends long requests up to it."""
+        return _known(self.long_runner_s, "long_runner_s")
 
     def scaled(self, factor: float) -> Ladder:
         if factor <= 0:
@@ -384,7 +401,7 @@ class Ladder:
         check = _compare(
             [request_timeout], "<", [self._limit(self.haproxy_timeout_server_s, "timeout server")]
         )
-        notes = []
+        notes: list[str] = []
         if self.haproxy_timeout_server_s is None:
             # 26 < infinity, but the ladder needs the rung: without it nothing on
             # HAProxy's side ever gives up on a replica.
@@ -411,15 +428,17 @@ class Ladder:
         if not self.haproxy_hard_stop_after_s:
             return None
         if self.haproxy_close_spread_s is not None:
-            window = Term("close-spread-time", self.haproxy_close_spread_s)
+            window_s = self.haproxy_close_spread_s
+            window = Term("close-spread-time", window_s)
         else:
+            window_s = self.haproxy_hard_stop_after_s
             window = Term(
                 "close-spread-time",
-                self.haproxy_hard_stop_after_s,
+                window_s,
                 text=f"close-spread-time unset (idle connections kept until "
-                f"hard-stop-after {format_number(self.haproxy_hard_stop_after_s)})",
+                f"hard-stop-after {format_number(window_s)})",
             )
-        if self.keep_alive_timeout_s < window.value:
+        if self.keep_alive_timeout_s < window_s:
             return Term("keep-alive timeout", self.keep_alive_timeout_s)
         return window
 
@@ -430,7 +449,7 @@ class Ladder:
                 [self._limit(self.haproxy_timeout_server_s, "timeout server")], "<", [hard_stop]
             )
         ]
-        notes = []
+        notes: list[str] = []
         idle = self._idle_window()
         if idle is not None:
             # C's idle-connection form: the last request a stale worker admits
@@ -503,7 +522,7 @@ class Ladder:
             check = _compare([kill], ">=", need)
             notes = list(bound_notes)
             if check.status == "fail" and d.ingress and kill.text:
-                left = kill.value - self.min_draining_s
+                left = d.force_kill_after_s(self.min_draining_s) - self.min_draining_s
                 notes.append(
                     f"a request admitted at the end of the drain window gets "
                     f"{format_number(left)} s before the force-kill"
@@ -520,8 +539,10 @@ class Ladder:
                         "+ SHUTDOWN_BUFFER_S (application_state.py:2050); only one "
                         "left to the code is (deploy_utils.py:86-100)"
                     )
-            if check.status == "fail":
-                notes.append(f"set graceful_shutdown_timeout_s >= {format_number(_side(need)[1])}")
+            needed = _side(need)[1]
+            # A failed check had both sides known.
+            if check.status == "fail" and needed is not None:
+                notes.append(f"set graceful_shutdown_timeout_s >= {format_number(needed)}")
             result.append(Ordering(f"E[{d.name}]", title, (check,), tuple(notes)))
         return result
 
@@ -545,7 +566,7 @@ class Ladder:
         )
         notes = []
         if deadline.value is not None and check.status == "pass":
-            slack = deadline.value - kill.value - self.margin_s
+            slack = deadline.value - d.force_kill_after_s(self.min_draining_s) - self.margin_s
             notes.append(
                 f"a replacement has {format_number(slack)} s to become RUNNING before the "
                 f"forced stop (deadline - gst - margin); slower means a capacity dip"
@@ -634,7 +655,8 @@ class Ladder:
             "orchestrator's grace >= that + margin"
         )
         longest = self._longest_kill()
-        drain = Term("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", max(self.sigterm_drain_timeout_s, 0))
+        drain_s = max(self.sigterm_drain_timeout_s, 0)
+        drain = Term("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", drain_s)
         if self.sigterm_grace_s is None:
             if self.drain_deadline_s is None:
                 return Ordering(
@@ -651,11 +673,11 @@ class Ladder:
             notes = []
             if (
                 longest
-                and drain.value < longest[0].force_kill_after_s(self.min_draining_s) + self.margin_s
+                and drain_s < longest[0].force_kill_after_s(self.min_draining_s) + self.margin_s
             ):
                 notes.append(
                     f"if a node is ever stopped by SIGTERM instead (docker stop, pod "
-                    f"deletion), Ray drains it for only {format_number(drain.value)} s < "
+                    f"deletion), Ray drains it for only {format_number(drain_s)} s < "
                     f"{longest[1].render()} + margin {format_number(self.margin_s)}"
                 )
             return Ordering(
@@ -673,13 +695,13 @@ class Ladder:
         checks.append(
             _compare([Term("SIGTERM grace", self.sigterm_grace_s)], ">=", [drain, self._margin()])
         )
-        notes = ()
+        notes = []
         if self.sigterm_drain_timeout_s <= 0:
-            notes = (
+            notes.append(
                 "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S <= 0 turns the SIGTERM drain off: "
-                "the node is torn down at once",
+                "the node is torn down at once"
             )
-        return Ordering("I", title, tuple(checks), notes)
+        return Ordering("I", title, tuple(checks), tuple(notes))
 
     def _j(self) -> Ordering:
         connect = self.haproxy_timeout_connect_s or math.inf  # 0 renders "timeout connect 0s": none
@@ -706,6 +728,14 @@ class Ladder:
                 "node keeps getting traffic; not checked here",
             ),
         )
+
+
+def _known(value: float | None, name: str) -> float:
+    # The scenarios run the default ladder, which gives every value; a
+    # description's may leave some to the environment.
+    if value is None:
+        raise HarnessError(f"the ladder does not give {name}, which this run needs")
+    return value
 
 
 def _env_num(value: float) -> str:

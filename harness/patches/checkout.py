@@ -179,7 +179,13 @@ def apply_to_checkout(
     refuse_dirty(repo)
     if not patches:
         return CheckoutResult(repo, head, why, 0, already=False)
-    am = ["am", "--3way", "--keep-cr", "--keep-non-patch", *(p.resolve() for p in patches)]
+    am: list[str | Path] = [
+        "am",
+        "--3way",
+        "--keep-cr",
+        "--keep-non-patch",
+        *(p.resolve() for p in patches),
+    ]
     try:
         result = run_git(am, repo, isolated=False)
     except KeyboardInterrupt:

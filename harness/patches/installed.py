@@ -152,7 +152,7 @@ def apply_to_site_packages(
 ) -> ApplyResult:
     """Apply the whole series to site-packages, or nothing; see the module docstring."""
     site = site_packages
-    check_installed(site, release)
+    _, ray_commit = check_installed(site, release)
     notes = tuple(journal.recover(site))
     old = journal.read_state(site)
     series = _records(patches)
@@ -181,10 +181,10 @@ def apply_to_site_packages(
         stage.mkdir()
         originals: dict[str, Path | None] = {}
         for rel in touched:
-            originals[rel] = _original_source(site, old, rel)
-            if originals[rel] is not None:
+            original = originals[rel] = _original_source(site, old, rel)
+            if original is not None:
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(originals[rel], stage / rel)
+                shutil.copy2(original, stage / rel)
         for patch, paths in zip(patches, per_patch, strict=True):
             _apply_in_stage(stage, patch, paths)
 
@@ -216,12 +216,14 @@ def apply_to_site_packages(
         )
         new_state = {
             "format": journal.STATE_FORMAT,
-            "ray": {"version": release.version, "commit": installed_ray(site)[1]},
+            "ray": {"version": release.version, "commit": ray_commit},
             "patches": [{"name": p.name, "sha256": p.sha256} for p in series],
             "files": {
                 rel: {
                     "existed": originals[rel] is not None,
-                    "patched_sha256": journal.file_sha(results[rel]) if results[rel] else None,
+                    "patched_sha256": (
+                        journal.file_sha(result) if (result := results[rel]) else None
+                    ),
                 }
                 for rel in touched
             },
@@ -232,9 +234,10 @@ def apply_to_site_packages(
         backups = journal.originals_dir(site)
         try:
             for rel in touched:
-                if rel not in old_files and originals[rel] is not None:
+                original = originals[rel]
+                if rel not in old_files and original is not None:
                     (backups / rel).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(originals[rel], backups / rel)
+                    shutil.copy2(original, backups / rel)
         except BaseException:
             journal.recover(site)  # drops a state folder this very call created
             raise

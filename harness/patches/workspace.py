@@ -175,7 +175,7 @@ def build_workspace(wheel: Path, patches: list[Path], workspace: Path = WORKSPAC
         git_output(["commit", "--quiet", "--no-verify", "-m", message], fresh, identity=True)
         git_output(["tag", BASE_TAG], fresh)
         if patches:
-            am = [
+            am: list[str | Path] = [
                 "am",
                 "--keep-cr",
                 "--keep-non-patch",

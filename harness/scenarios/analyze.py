@@ -20,7 +20,7 @@ from harness.scenarios.base import Facts, ImageRun, Scenario, ScenarioOutcome, j
 ANALYSIS_DIR = "analysis"  # where a re-judged report goes, beside the histories
 
 
-class Recorded(Scenario):
+class Recorded(Scenario[Facts]):
     """Histories with no scenario: judged by the checker's verdict alone."""
 
     name = "recorded"
@@ -28,11 +28,8 @@ class Recorded(Scenario):
     def __init__(self, title: str = "Saved histories, judged again") -> None:
         self.title = title
 
-    def config_of(self, history: History) -> None:
-        """None: these runs were not configured by a scenario."""
-        return None
-
-    def judge(self, config: None, history: History) -> ImageRun[Facts]:
+    def judge_history(self, history: History) -> ImageRun[Facts]:
+        """No configuration and no facts: these runs were not configured by a scenario."""
         return ImageRun(history.meta["label"], history, Facts())
 
     def expect(self, runs: dict[str, ImageRun]) -> tuple[bool, list[str]]:

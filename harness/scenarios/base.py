@@ -178,9 +178,13 @@ class Scenario(Generic[F]):
         raise NotImplementedError
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[F]:
-        """Facts and checks of one run, from its history alone. The default
-        has none: the run is judged by its failure-rate verdict."""
-        return ImageRun(config.label, history, Facts(), config)
+        """Facts and checks of one run, from its history alone, in the
+        scenario's own Facts (which this base cannot make)."""
+        raise NotImplementedError
+
+    def judge_history(self, history: History) -> ImageRun[F]:
+        """One recorded run judged, under the configuration it recorded."""
+        return self.judge(self.config_of(history), history)
 
     def expect(self, runs: dict[str, ImageRun[F]]) -> tuple[bool, list[str]]:
         """Default: the last image (the fix) passes, and some earlier one fails;
@@ -363,16 +367,17 @@ def judge_runs(
     reads nothing but the histories. `notes` are findings about how they
     were judged."""
     runs: dict[str, ImageRun] = {}
+    verdicts: dict[str, checker.Verdict] = {}
     for history in sorted(histories, key=lambda h: h.meta.get("order", 0)):
-        run = scenario.judge(scenario.config_of(history), history)
-        run.verdict = checker.check(history)
+        run = scenario.judge_history(history)
+        run.verdict = verdicts[run.label] = checker.check(history)
         run.wall_s = float(history.meta.get("wall_s", 0.0))
         gap = run.verdict.record_gap
         complete = f"{history.scheduled:,} requests scheduled, each with one row"
         run.checks.insert(0, (f"the record is complete: {gap or complete}", gap is None))
         runs[run.label] = run
     as_expected, findings = scenario.expect(runs)
-    incomplete = [run.label for run in runs.values() if run.verdict.record_gap]
+    incomplete = [label for label, verdict in verdicts.items() if verdict.record_gap]
     if incomplete:
         as_expected = False
         findings.append(
@@ -399,7 +404,7 @@ def judge_runs(
     paths = report.write_report(
         out_dir,
         scenario.title,
-        {r.label: (r.history, r.verdict) for r in runs.values()},
+        {r.label: (r.history, verdicts[r.label]) for r in runs.values()},
         sections,
         judgement,
     )

@@ -125,13 +125,13 @@ class HealthFailure(_HealthScenario[FailureFacts]):
                 load = asyncio.create_task(
                     open_loop(
                         "127.0.0.1",
-                        cluster.config.lb_port,
+                        cluster.lb_port,
                         LoadSpec(rate=10, duration_s=45, connections=16, timeout_s=30),
                         history,
                     )
                 )
                 await asyncio.sleep(5)
-                replica = await fail_health_check(history, "127.0.0.1", cluster.config.lb_port)
+                replica = await fail_health_check(history, "127.0.0.1", cluster.lb_port)
                 flipped = history.events[-1].time
                 detected = await asyncio.to_thread(
                     wait_for_unhealthy, cluster, replica, flipped - 1, 40
@@ -185,7 +185,7 @@ class ControllerLag(_HealthScenario[LagFacts]):
                 load = asyncio.create_task(
                     open_loop(
                         "127.0.0.1",
-                        cluster.config.lb_port,
+                        cluster.lb_port,
                         LoadSpec(
                             rate=10,
                             duration_s=self.cycles * (self.stop_s + self.run_s) + 15,
@@ -245,7 +245,7 @@ class StuckReceiver(_HealthScenario[StuckFacts]):
                 load = asyncio.create_task(
                     open_loop(
                         "127.0.0.1",
-                        cluster.config.lb_port,
+                        cluster.lb_port,
                         LoadSpec(
                             rate=10, duration_s=self.pause_s + 10, connections=16, timeout_s=30
                         ),

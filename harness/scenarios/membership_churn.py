@@ -183,6 +183,8 @@ class MembershipChurn(Scenario[ChurnFacts]):
     def expect(self, runs: dict[str, ImageRun[ChurnFacts]]) -> tuple[bool, list[str]]:
         findings, ok = [], True
         for run in runs.values():
+            # judge_runs gave every run its verdict, and judge its configuration.
+            assert run.verdict is not None and run.config is not None
             failures = run.verdict.failures
             findings.append(
                 f"{run.label}: {failures} of {run.verdict.requests} requests failed "

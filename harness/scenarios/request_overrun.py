@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
@@ -43,8 +44,8 @@ class Overruns:
 class OverrunFacts(Facts):
     ladders: dict[str, Overruns] = field(default_factory=dict)
 
-    def rows(self) -> dict:
-        rows = {}
+    def rows(self) -> dict[str, Any]:
+        rows: dict[str, Any] = {}
         for ladder, overruns in self.ladders.items():
             rows[f"{ladder}: overrun statuses"] = overruns.statuses
             rows[f"{ladder}: overrun answered after"] = overruns.answered_after

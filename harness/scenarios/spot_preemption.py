@@ -142,11 +142,11 @@ class SpotPreemption(Scenario[SpotFacts]):
                 short=0.85,
                 long=0.10,
                 stream=0.05,
-                long_s=(ladder.long_runner_min_s, ladder.long_runner_s),
+                long_s=(ladder.long_runner_min_s, ladder.known_long_runner_s),
             ),
-            timeout_s=ladder.request_timeout_s + 30,
+            timeout_s=ladder.known_request_timeout_s + 30,
         )
-        load = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec, history))
+        load = asyncio.create_task(open_loop("127.0.0.1", cluster.lb_port, spec, history))
         stop = asyncio.Event()
         healthz = asyncio.create_task(_first_unhealthy(target.ip, stop))
         await asyncio.sleep(LEAD_S)
@@ -206,7 +206,7 @@ class SpotPreemption(Scenario[SpotFacts]):
             for run in runs.values():
                 t0 = run.facts.timeline[0][1]
                 stamp = run.facts.timeline[index][1]
-                cells.append(f"+{stamp - t0:.2f} s" if stamp else "not seen")
+                cells.append(f"+{stamp - t0:.2f} s" if stamp and t0 is not None else "not seen")
             lines.append(f"| {title} | " + " | ".join(cells) + " |")
         sections["Timeline after the notice"] = "\n".join(lines)
         return sections

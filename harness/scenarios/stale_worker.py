@@ -203,6 +203,7 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
                 f"{run.label}: failed stale requests per event {failed} "
                 f"({'reproduced in every event' if every else 'NOT reproduced'})"
             )
+        assert fixed.verdict is not None  # judge_runs gave every run its verdict
         fixed_failed = fixed.verdict.failures
         ok &= fixed_failed == 0
         findings.append(

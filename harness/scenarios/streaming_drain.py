@@ -87,7 +87,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
         self.scale, self.loops, self.idle, self.rate = scale, loops, idle, rate
         self.dynamic = dynamic  # also run the patched image with dynamic membership
         # Long, but inside the request timeout: 0.2 s per chunk.
-        self.chunks = int(self.ladder.request_timeout_s / 0.2) - 5
+        self.chunks = int(self.ladder.known_request_timeout_s / 0.2) - 5
 
     runs_on = (STOCK, PATCHED)
 
@@ -124,7 +124,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
         # The node goes at its drain deadline: the streams meet every reload
         # of the drain, and nothing happens in the rest of a longer notice.
         notice = self.ladder.notice.ending_at_deadline()
-        timeout_s = self.ladder.request_timeout_s + 10
+        timeout_s = self.ladder.known_request_timeout_s + 10
         stream = f"/stream?chunks={self.chunks}"
         head = cluster.head.ip
         idle = [HTTPConnection(head, SERVE_PORT, 1000 + i) for i in range(self.idle)]
@@ -159,7 +159,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
             timeout_s=timeout_s,
             mix=Mix(short=0.7, stream=0.3, stream_chunks=40),
         )
-        lb = asyncio.create_task(open_loop("127.0.0.1", cluster.config.lb_port, spec, history))
+        lb = asyncio.create_task(open_loop("127.0.0.1", cluster.lb_port, spec, history))
         await asyncio.sleep(LEAD_S)
         preempted.set()
         preemption = asyncio.create_task(spot_preemption(cluster, target, history, notice))
@@ -253,6 +253,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
         configuration of the patched image must pass."""
         findings, ok = [], True
         for run in runs.values():
+            assert run.config is not None  # judge gave every run its configuration
             expected = run.config.image.flavor != "stock"
             ok &= run.passed == expected
             findings.append(

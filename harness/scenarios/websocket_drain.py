@@ -136,9 +136,7 @@ class WebSocketDrain(Scenario[WebSocketFacts]):
         timeout_s = SESSION_S + 30
 
         def open_sessions(via_lb: bool, base: int) -> list[asyncio.Task]:
-            host, port = (
-                ("127.0.0.1", cluster.config.lb_port) if via_lb else (cluster.head.ip, SERVE_PORT)
-            )
+            host, port = ("127.0.0.1", cluster.lb_port) if via_lb else (cluster.head.ip, SERVE_PORT)
             return [
                 asyncio.create_task(
                     websocket_session(
@@ -188,11 +186,16 @@ class WebSocketDrain(Scenario[WebSocketFacts]):
         reloads = [t for t, _ in haproxy_starts(history)]
         for phase in PHASES:
             t0 = starts[phase]
-            rows = [r for r in history.requests if (r.conn // 100 == 0) == (phase == "drain")]
+            # Every row is a session's, numbered by websocket_session.
+            rows = [
+                (r, r.conn)
+                for r in history.requests
+                if r.conn is not None and (r.conn // 100 == 0) == (phase == "drain")
+            ]
             first_reload = next((t for t in reloads if t >= t0), None)
-            ended = {}
-            for row in rows:
-                via = "front LB" if row.conn >= 200 else "head's HAProxy"
+            ended: dict[str, list[float]] = {}
+            for row, conn in rows:
+                via = "front LB" if conn >= 200 else "head's HAProxy"
                 how = (row.detail or "").split(" after ")[0]
                 key = f"{via}, {self._whose(history, phase, row)}: {how}"
                 ended.setdefault(key, []).append(row.end - t0)
@@ -222,6 +225,7 @@ class WebSocketDrain(Scenario[WebSocketFacts]):
             )
             return "replica stopped" if stopped else "replica kept"
         target = next(e.target for e in history.events if e.fault == "spot_preemption")
+        assert target is not None  # the nemesis names the node it preempts
         return (
             "replica on the preempted node"
             if target.endswith(f"-{row.node}")

@@ -143,6 +143,8 @@ class BranchesResult:
                 "export-patches`) so each patch applies cleanly."
             )
         for r in self.failed:
+            # Failed means the tests ran (PatchTests is ok when there were none).
+            assert r.tests is not None and r.tests.run is not None
             lines.append(
                 f"\ntests on {r.name} (pytest exit {r.tests.run.exit_code}):\n{r.tests.run.output}"
             )

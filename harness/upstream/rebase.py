@@ -66,10 +66,10 @@ class RebaseResult:
                 lines.append(f"{'':{width}}  {'':9}  where: {r.where}")
         lines += [f"\nnote: {n}" for n in self.notes]
         for r in self.rows:
-            if r.tests is not None and not r.tests.ok:
+            run = r.tests.run if r.tests is not None else None
+            if run is not None and not run.ok:
                 lines.append(
-                    f"\ntests after {r.patch} (pytest exit "
-                    f"{r.tests.run.exit_code}):\n{r.tests.run.output}"
+                    f"\ntests after {r.patch} (pytest exit {run.exit_code}):\n{run.output}"
                 )
         lines.append(
             "\napplies: clean = as written (line offsets allowed); with fuzz = with "
@@ -92,7 +92,10 @@ def _hunk_starts(patch: Path) -> dict[str, list[int]]:
         elif line.startswith("+++ ") and current == "/dev/null":
             current = line[4:].split("\t")[0].removeprefix("b/")
         elif line.startswith("@@ -") and current is not None:
-            starts.setdefault(current, []).append(int(re.match(r"@@ -(\d+)", line).group(1)))
+            # A header without a start line is malformed; git refuses the patch anyway.
+            hunk = re.match(r"@@ -(\d+)", line)
+            if hunk:
+                starts.setdefault(current, []).append(int(hunk.group(1)))
     return starts
 
 
@@ -136,7 +139,7 @@ def _conflicts(repo: Path) -> str:
 def _apply_one(repo: Path, patch: Path) -> tuple[str, str]:
     """Apply `patch` to the index and tree of `repo`, trying the ways in order
     of how far the release's code has moved from what the patch expects."""
-    args = ["apply", "--index", patch.resolve()]
+    args: list[str | Path] = ["apply", "--index", patch.resolve()]
     if run_git(args, repo).returncode == 0:
         return "clean", ""
     where = _rejected(repo, patch)

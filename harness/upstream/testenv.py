@@ -270,7 +270,7 @@ def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Pat
             return TestRun(
                 _junit_counts(report),
                 -1,
-                f"pytest did not finish within {_TEST_TIMEOUT_S}s:\n{(exc.stdout or '')[-3000:]}",
+                f"pytest did not finish within {_TEST_TIMEOUT_S}s:\n{(exc.output or '')[-3000:]}",
             )
         # The scratch folder is gone when this is read; its paths only add noise.
         output = output_tail(result, 6000).replace(f"{root}/", "")

@@ -181,7 +181,9 @@ def test_down_removes_this_run_only(fake):
     with Cluster(ClusterConfig(image="img", name="rayspot-spot", workers=0)) as cluster:
         pass
     assert fake.calls[-1] == ("remove_labelled", {"cluster": None, "run": cluster.run})
-    assert cluster.head is None and cluster.lb is None
+    assert cluster.nodes == [] and cluster.lb is None
+    with pytest.raises(HarnessError, match="is not up"):
+        _ = cluster.head
 
 
 def test_a_detached_cluster_says_so_on_everything(fake):

@@ -19,7 +19,8 @@ def drain(
     import ray
     from ray.core.generated import autoscaler_pb2
 
-    client = ray._raylet.GcsClient(address=gcs_address)
+    # _raylet.pyi declares only the id types, not the GCS client.
+    client = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
     # Starting this process and importing Ray takes most of a second; the caller
     # starts it early and names the wall-clock time the drain is due (the
     # container's clock is the host's).
@@ -28,7 +29,10 @@ def drain(
     deadline_ms = int((sent + deadline_s) * 1000) if deadline_s > 0 else 0
     accepted, rejection = client.drain_node(
         node_id_hex,
-        autoscaler_pb2.DrainNodeReason.Value(f"DRAIN_NODE_REASON_{reason}"),
+        # Ray ships its generated protobuf modules without .pyi.
+        autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
+            f"DRAIN_NODE_REASON_{reason}"
+        ),
         message,
         deadline_ms,
     )

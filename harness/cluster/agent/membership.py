@@ -97,6 +97,7 @@ def membership_latency(config: dict, port: int) -> dict:
             "HAProxy to route the new replica",
         )
         routed = first_answer_from_new_replica()
+        assert routed is not None  # wait_until just saw it, and answers only grow
         deployment["num_replicas"] = low
         client.deploy_apps(ServeDeploySchema.parse_obj(config))
         wait_until(lambda: ready(low), 120, "the replica's removal")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 # The agent runs in the head, beside the GCS (`ray start --head --port`).
 GCS_ADDRESS = "127.0.0.1:6379"
 
@@ -12,7 +14,9 @@ def gcs_tables():
     CPU on a busy node for every question, where reading a table takes
     milliseconds; the harness asks such questions every second while it waits."""
     import ray
-    from ray._raylet import GcsClientOptions
+
+    # Ray's _raylet.pyi declares only the id types.
+    from ray._raylet import GcsClientOptions  # type: ignore[attr-defined]
 
     state = ray._private.state.state
     state._initialize_global_state(
@@ -26,7 +30,7 @@ def gcs_tables():
 def connect():
     import ray
 
-    ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
     return ray
 
 

@@ -7,7 +7,8 @@ from harness.cluster.agent.session import connect, gcs_tables
 
 
 def nodes() -> list[dict]:
-    from ray.core.generated.common_pb2 import NodeDeathInfo
+    # Ray ships its generated protobuf modules without .pyi.
+    from ray.core.generated.common_pb2 import NodeDeathInfo  # type: ignore[attr-defined]
 
     keep = ("NodeID", "Alive", "NodeManagerAddress", "NodeManagerHostname", "Resources")
     found = []

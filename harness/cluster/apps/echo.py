@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import time
+from typing import cast
 
 import ray
 from ray import serve
@@ -69,4 +70,5 @@ class Echo:
             yield json.dumps({**self._identity, "chunk": index}) + "\n"
 
 
-app = Echo.bind()
+# The decorator made Echo a Deployment; mypy keeps a decorated class's own type.
+app = cast(serve.Deployment, Echo).bind()

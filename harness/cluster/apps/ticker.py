@@ -9,6 +9,7 @@ Served through a FastAPI ingress: Serve routes WebSockets only to those.
 
 import asyncio
 import json
+from typing import cast
 
 from fastapi import FastAPI, WebSocket
 from ray import serve
@@ -37,4 +38,5 @@ class Ticker:
         await websocket.close(1000)
 
 
-app = Ticker.bind()
+# The decorator made Ticker a Deployment; mypy keeps a decorated class's own type.
+app = cast(serve.Deployment, Ticker).bind()

@@ -11,6 +11,7 @@ with `long_path="/long/"` is the traffic model that mixes them.
 """
 
 import asyncio
+from typing import cast
 
 from ray import serve
 from starlette.requests import Request
@@ -35,4 +36,5 @@ class LongRunner:
         return JSONResponse({**self._identity, "slept": sleep_s})
 
 
-app = LongRunner.bind()
+# The decorator made LongRunner a Deployment; mypy keeps a decorated class's own type.
+app = cast(serve.Deployment, LongRunner).bind()
