@@ -44,30 +44,10 @@ def ensure_wheelhouse(release: RayRelease, python: str = sys.executable) -> Path
     if (house / _COMPLETE).exists():
         verify_ray_wheel(house, release)
         return house
-    partial = house.with_name(house.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    _log.info("wheelhouse: downloading %s into %s ...", release.requirement, house)
     # The host and the image are both CPython 3.11 on glibc x86_64, so the host's
     # pip picks the right wheels. (`--only-binary=:all:` makes pip's resolver
     # crawl for minutes here; sdists are refused below instead.)
-    cmd = [
-        python,
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--prefer-binary",
-        "-d",
-        str(partial),
-        release.requirement,
-    ]
-    result = proc.run(cmd)
-    if result.returncode != 0:
-        raise HarnessError(
-            f"pip could not download {release.requirement}:\n{proc.output_tail(result)}\n"
-            f"The partial download stays in {partial} and is reused next time. "
-            f"Check that PyPI is reachable, then run the command again."
-        )
+    partial = _download(release.requirement, house, python, ["--prefer-binary"])
     verify_ray_wheel(partial, release)
     sdists = sorted(p.name for p in partial.iterdir() if not p.name.endswith(".whl"))
     if sdists:
@@ -94,21 +74,30 @@ def ensure_requirement_wheelhouse(requirement: str, python: str = sys.executable
     house = WHEELHOUSE_DIR / requirement.replace("==", "-")
     if (house / _COMPLETE).exists():
         return house
-    partial = house.with_name(house.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    _log.info("wheelhouse: downloading %s into %s ...", requirement, house)
-    cmd = [python, "-m", "pip", "download", "--quiet", "-d", str(partial), requirement]
-    result = proc.run(cmd)
-    if result.returncode != 0:
-        raise HarnessError(
-            f"pip could not download {requirement}:\n"
-            f"{proc.output_tail(result)}\nCheck that PyPI is reachable, "
-            f"then run again; {partial} is reused."
-        )
+    partial = _download(requirement, house, python, [])
     (partial / _COMPLETE).touch()
     shutil.rmtree(house, ignore_errors=True)
     partial.rename(house)
     return house
+
+
+def _download(requirement: str, house: Path, python: str, options: list[str]) -> Path:
+    """pip-download `requirement` and its dependencies into `house`'s `.partial`
+    folder (kept and reused after a failure); the caller checks the wheels and
+    renames the folder into place, so an interrupted download never passes for
+    a wheelhouse."""
+    partial = house.with_name(house.name + ".partial")
+    partial.mkdir(parents=True, exist_ok=True)
+    _log.info("wheelhouse: downloading %s into %s ...", requirement, house)
+    cmd = [python, "-m", "pip", "download", "--quiet", *options, "-d", str(partial), requirement]
+    result = proc.run(cmd)
+    if result.returncode != 0:
+        raise HarnessError(
+            f"pip could not download {requirement}:\n{proc.output_tail(result)}\n"
+            f"The partial download stays in {partial} and is reused next time. "
+            f"Check that PyPI is reachable, then run the command again."
+        )
+    return partial
 
 
 def verify_ray_wheel(house: Path, release: RayRelease) -> Path:
