@@ -23,7 +23,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -300,6 +301,16 @@ def _run_pytest(
     return proc.run(cmd, env=env, timeout=timeout_s)
 
 
+def _overlay(
+    site_packages: Path, scratch: Path, replacing: Mapping[str, str] | None = None
+) -> AbstractContextManager[Path]:
+    # The installed tree's bytecode is what its own venv runs, so every run may
+    # start from it; only the mutated file is compiled again.
+    return serve_overlay(
+        site_packages, site_packages / "ray" / "serve", scratch, replacing, bytecode=True
+    )
+
+
 def _failed_tests(output: str) -> tuple[str, ...]:
     return tuple(
         line.split(" ", 1)[1].split(" - ", 1)[0]
@@ -321,9 +332,7 @@ def _run_mutation(
     an overlay of its own."""
     mutated = {mutation.path: text.replace(mutation.original, mutation.neutralised, 1)}
     started = time.monotonic()
-    with serve_overlay(
-        site_packages, site_packages / "ray" / "serve", scratch, replacing=mutated
-    ) as overlay:
+    with _overlay(site_packages, scratch, replacing=mutated) as overlay:
         try:
             result = _run_pytest(python, site_packages, overlay, pytest_args, hang_after_s)
         except proc.TimeoutExpired:
@@ -435,7 +444,7 @@ def run_mutations(
         print("mutation: baseline, unmutated", flush=True)
         # Through an overlay of the unchanged tree, so that the baseline and
         # the mutated runs differ in the one mutated file and nothing else.
-        with serve_overlay(site_packages, site_packages / "ray" / "serve", scratch) as overlay:
+        with _overlay(site_packages, scratch) as overlay:
             baseline = _run_pytest(python, site_packages, overlay, pytest_args)
         hang_after_s = _HANG_FACTOR * (time.monotonic() - started) + _HANG_MARGIN_S
         if baseline.returncode != _PASSED:

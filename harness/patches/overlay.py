@@ -27,12 +27,14 @@ def serve_overlay(
     serve_tree: Path,
     scratch: Path | None = None,
     replacing: Mapping[str, str] | None = None,
+    bytecode: bool = False,
 ) -> Iterator[Path]:
     """A new overlay folder under `scratch` (the system's temp folder if None):
     `serve_tree` as `ray.serve` over the `ray` installed in `site`. `replacing`
     maps site-packages-relative paths inside `ray/serve/` to the text their
-    copy gets instead. Yields the folder, which goes first on PYTHONPATH, and
-    removes it on exit."""
+    copy gets instead. `bytecode` copies the tree's `__pycache__` folders too,
+    which spares every run compiling the unchanged files again. Yields the
+    folder, which goes first on PYTHONPATH, and removes it on exit."""
     root = Path(tempfile.mkdtemp(prefix="overlay-", dir=scratch))
     try:
         package = root / "ray"
@@ -44,7 +46,12 @@ def serve_overlay(
             serve_tree,
             package / "serve",
             symlinks=True,
-            ignore=shutil.ignore_patterns("__pycache__"),
+            # A tree just edited (a workspace after `git am`) can hold a .pyc
+            # written in the same second its source changed, which Python's
+            # mtime check takes for current; only a caller that knows the
+            # bytecode matches (an installed tree) asks for it. The copies keep
+            # their sources' mtimes, so that check still holds for them.
+            ignore=None if bytecode else shutil.ignore_patterns("__pycache__"),
         )
         for rel, text in (replacing or {}).items():
             _replace(root, rel, text)
@@ -70,3 +77,7 @@ def _replace(root: Path, rel: str, text: str) -> None:
     # symlink, the write must not go through it to the tree it points at.
     target.unlink()
     target.write_text(text, encoding="utf-8")
+    # Its bytecode is of the text replaced: not left to the mtime check, which
+    # a replacement of the same size written in the same second would pass.
+    for compiled in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
+        compiled.unlink()

@@ -5,7 +5,9 @@ exactly as it went in. No network, no Docker."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import py_compile
 import sys
 from pathlib import Path
 
@@ -91,6 +93,14 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
 def site(tmp_path: Path) -> Path:
     site = tmp_path / "site"
     write_files(site, INSTALLED)
+    # Bytecode that Python takes without looking at the source: were it copied
+    # beside a mutated file, the run would not see the mutation.
+    source = site / FLAGS
+    py_compile.compile(
+        str(source),
+        cfile=importlib.util.cache_from_source(str(source)),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
     # Dated well in the past, so that any write would change a file's mtime.
     for path in site.rglob("*"):
         os.utime(path, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
@@ -127,13 +137,17 @@ def record(records: Path, name: str) -> tuple[Path, Path, bool]:
 
 def test_overlay_changes_exactly_the_replaced_file(site: Path, tmp_path: Path) -> None:
     before = snapshot(site)
+    compiled = Path(importlib.util.cache_from_source(FLAGS)).relative_to("ray/serve").as_posix()
     replaced = {FLAGS: "A = 0\nB = 1\n"}
-    with serve_overlay(site, site / "ray" / "serve", tmp_path, replacing=replaced) as root:
+    installed = snapshot(site / "ray" / "serve")
+    with serve_overlay(
+        site, site / "ray" / "serve", tmp_path, replacing=replaced, bytecode=True
+    ) as root:
         copy = snapshot(root / "ray" / "serve")
-        installed = snapshot(site / "ray" / "serve")
-        assert copy.keys() == installed.keys()
-        differ = [rel for rel in copy if copy[rel][0] != installed[rel][0]]
-        assert differ == ["_private/flags.py"]
+        # The one file replaced, and the bytecode of what it replaced dropped.
+        assert installed.keys() - copy.keys() == {compiled}
+        assert copy.keys() <= installed.keys()
+        assert [rel for rel in copy if copy[rel] != installed[rel]] == ["_private/flags.py"]
         assert (root / FLAGS).read_text() == "A = 0\nB = 1\n"
         assert not any(p.is_symlink() for p in (root / "ray" / "serve").rglob("*"))
         # The rest of `ray` is the installed package itself, linked, not copied.
@@ -142,6 +156,10 @@ def test_overlay_changes_exactly_the_replaced_file(site: Path, tmp_path: Path) -
         for name in others:
             assert (root / "ray" / name).readlink() == site / "ray" / name
     assert not root.exists()
+    # Without `bytecode` (the upstream test runs) no bytecode is copied at all.
+    with serve_overlay(site, site / "ray" / "serve", tmp_path) as root:
+        copy = snapshot(root / "ray" / "serve")
+        assert copy == {rel: installed[rel] for rel in installed if rel != compiled}
     assert snapshot(site) == before
 
 
