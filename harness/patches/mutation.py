@@ -2,33 +2,38 @@
 a piece of the mechanism is removed.
 
 Given a site-packages with the series applied, each mutation in `MUTATIONS`
-replaces one exact snippet of the patched Ray source with a neutralised version,
-in place, runs the patch tests with that site-packages' interpreter, and puts the
-file back byte for byte (and its mtime) in a `finally`, also after Ctrl-C. A
-mutation is caught when some test fails; one that leaves every test green has
-survived, and `main` exits non-zero. A snippet that is missing or ambiguous means
-the patch changed under the mutation: that is an error naming it, never a pass.
+replaces one exact snippet of the patched Ray source with a neutralised version
+and runs the patch tests with that site-packages' interpreter. A mutation is
+caught when some test fails; one that leaves every test green has survived, and
+`main` exits non-zero. A snippet that is missing or ambiguous means the patch
+changed under the mutation: that is an error naming it, never a pass.
 
-Before a file is mutated its original is copied beside it (`*.mutation-orig`), so
-a run that was killed outright is undone by the next one.
+Every run, the unmutated one included, imports Ray through its own overlay
+(`harness.patches.overlay`): a copy of the installed `ray/serve` in which only
+the mutated file differs, over the installed rest of Ray. The installed tree is
+only read, so an interrupted check leaves nothing to undo, and the mutated runs
+can go several at a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core import proc, venv
+from harness.core import log, proc, venv
 from harness.core.errors import HarnessError
 from harness.core.paths import VENV_DIR
-from harness.patches.journal import signals_deferred
+from harness.patches.overlay import serve_overlay
+
+_log = log.get(__name__)
 
 _DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
 _REPLICA = "ray/serve/_private/replica.py"
@@ -40,7 +45,6 @@ _RELAY = "ray/serve/_private/replica_health_relay.py"
 # add minutes to every one of the runs.
 _PATCH_TESTS = "ray/serve/tests/unit"
 _PUSH_HEALTH_TESTS = "test_push_health_*.py"
-_BACKUP_SUFFIX = ".mutation-orig"
 _PYTEST_FLAGS = ["-x", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings"]
 # pytest's exit codes for "ran, all passed" and "ran, some test failed"; anything
 # else (collection error, usage error, no tests) proves nothing either way.
@@ -223,19 +227,6 @@ MUTATIONS: tuple[Mutation, ...] = (
 )
 
 
-def _restore_leftovers(site_packages: Path) -> list[str]:
-    """Put back originals that a killed run left beside their mutated files."""
-    restored = []
-    for mutation_path in sorted({m.path for m in MUTATIONS}):
-        target = site_packages / mutation_path
-        backup = target.with_name(target.name + _BACKUP_SUFFIX)
-        if backup.exists():
-            with signals_deferred():
-                os.replace(backup, target)
-            restored.append(mutation_path)
-    return restored
-
-
 def _source(site_packages: Path, mutation: Mutation) -> str:
     target = site_packages / mutation.path
     try:
@@ -243,45 +234,82 @@ def _source(site_packages: Path, mutation: Mutation) -> str:
     except OSError as exc:
         raise HarnessError(
             f"mutation '{mutation.name}': cannot read {target} ({exc}). Nothing was "
-            f"changed. Apply the series to {site_packages} first."
+            f"run. Apply the series to {site_packages} first."
         ) from exc
     count = text.count(mutation.original)
     if count != 1:
         found = "is not in" if count == 0 else f"occurs {count} times in"
         raise HarnessError(
             f"mutation '{mutation.name}': its snippet {found} {target}, so the patch "
-            f"changed under it. Nothing was changed. Update the snippet in "
+            f"changed under it. Nothing was run. Update the snippet in "
             f"harness/patches/mutation.py to the patched code (keep what it removes)."
         )
     return text
 
 
-@contextmanager
-def _mutated(site_packages: Path, mutation: Mutation, text: str) -> Iterator[None]:
-    """Hold `mutation` applied; the original bytes and mtime come back on exit."""
-    target = site_packages / mutation.path
-    backup = target.with_name(target.name + _BACKUP_SUFFIX)
-    stat = target.stat()
-    with signals_deferred():
-        shutil.copy2(target, backup)
-        mutated = text.replace(mutation.original, mutation.neutralised, 1)
-        target.write_text(mutated, encoding="utf-8")
-    try:
-        yield
-    finally:
-        with signals_deferred():
-            os.replace(backup, target)
-            os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+def _in_overlay(pytest_args: Sequence[str], site_packages: Path, overlay: Path) -> list[str]:
+    """`pytest_args` with each path into the installed serve tree (`path` or
+    `path::test`) pointed at the overlay's copy instead. pytest puts a test
+    file's folder first on sys.path, so a test run from site-packages would
+    import the installed Ray, not the overlay."""
+    serve = site_packages / "ray" / "serve"
+    moved = []
+    for arg in pytest_args:
+        path, sep, test = arg.partition("::")
+        try:
+            rel = Path(path).resolve().relative_to(serve)
+        except ValueError:
+            moved.append(arg)
+            continue
+        moved.append(f"{overlay / 'ray' / 'serve' / rel}{sep}{test}")
+    return moved
 
 
 def _run_pytest(
-    python: Path, pytest_args: list[str], timeout_s: float | None = None
+    python: Path,
+    site_packages: Path,
+    overlay: Path,
+    pytest_args: Sequence[str],
+    timeout_s: float | None = None,
 ) -> proc.CompletedProcess[str]:
-    """Run the tests; raises proc.TimeoutExpired (child killed) past `timeout_s`."""
-    # No bytecode is written, so no .pyc of a mutated file outlives its mutation.
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return proc.run(
-        [python, "-m", "pytest", *_PYTEST_FLAGS, *pytest_args], env=env, timeout=timeout_s
+    """Run the tests against `overlay`; raises proc.TimeoutExpired (child
+    killed) past `timeout_s`."""
+    # An empty ini of our own, so every run has the same settings whichever
+    # ini lies above the scratch folder or the caller's folder.
+    ini = overlay / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    path = os.pathsep.join(filter(None, [str(overlay), os.environ.get("PYTHONPATH")]))
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        # No bytecode is written, neither beside the copy nor into the
+        # installed Ray the overlay links to.
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    cmd: list[str | os.PathLike[str]] = [
+        python,
+        "-m",
+        "pytest",
+        *_PYTEST_FLAGS,
+        "-c",
+        ini,
+        "--rootdir",
+        overlay,
+        # The tests' tmp_path inside the overlay, which is removed with it and
+        # is not shared with a run going on at the same time.
+        f"--basetemp={overlay / 'tmp'}",
+        *_in_overlay(pytest_args, site_packages, overlay),
+    ]
+    return proc.run(cmd, env=env, timeout=timeout_s)
+
+
+def _overlay(
+    site_packages: Path, scratch: Path, replacing: Mapping[str, str] | None = None
+) -> AbstractContextManager[Path]:
+    # The installed tree's bytecode is what its own venv runs, so every run may
+    # start from it; only the mutated file is compiled again.
+    return serve_overlay(
+        site_packages, site_packages / "ray" / "serve", scratch, replacing, bytecode=True
     )
 
 
@@ -293,10 +321,113 @@ def _failed_tests(output: str) -> tuple[str, ...]:
     )
 
 
-def run_mutations(
-    site_packages: Path, pytest_args: list[str], *, python: Path | None = None
+def _run_mutation(
+    python: Path,
+    site_packages: Path,
+    scratch: Path,
+    mutation: Mutation,
+    text: str,
+    pytest_args: Sequence[str],
+    hang_after_s: float,
+) -> MutationResult:
+    """Run the tests with `mutation` applied to `text` (its file's source) in
+    an overlay of its own."""
+    mutated = {mutation.path: text.replace(mutation.original, mutation.neutralised, 1)}
+    started = time.monotonic()
+    with _overlay(site_packages, scratch, replacing=mutated) as overlay:
+        try:
+            result = _run_pytest(python, site_packages, overlay, pytest_args, hang_after_s)
+        except proc.TimeoutExpired:
+            # A mutation can make a test hang (a loop that never yields, say):
+            # the run was killed and counts as caught, since the tests did not pass.
+            return MutationResult(
+                name=mutation.name,
+                path=mutation.path,
+                caught=True,
+                failed_tests=(f"(tests hung: killed after {hang_after_s:.0f}s)",),
+                duration_s=time.monotonic() - started,
+            )
+    if result.returncode not in (_PASSED, _TESTS_FAILED):
+        raise HarnessError(
+            f"mutation '{mutation.name}': pytest exited {result.returncode} (not a "
+            f"test failure: the mutation broke collection or the run). "
+            f"{site_packages} was not changed. Make the neutralised snippet valid "
+            f"code:\n{proc.output_tail(result, _SHOWN_OUTPUT)}"
+        )
+    return MutationResult(
+        name=mutation.name,
+        path=mutation.path,
+        caught=result.returncode == _TESTS_FAILED,
+        failed_tests=_failed_tests(result.stdout),
+        duration_s=time.monotonic() - started,
+    )
+
+
+def _run_concurrently(
+    mutations: Sequence[Mutation],
+    run_one: Callable[[Mutation], MutationResult],
+    jobs: int,
+    started: float,
 ) -> list[MutationResult]:
-    """Run the patch tests once unmutated, then once per mutation in `MUTATIONS`.
+    """`run_one` for each mutation, `jobs` at a time; the results in the order of
+    `mutations`. The first error (in that order) stops new runs and is raised
+    once the running ones are done."""
+    pending = iter(enumerate(mutations, start=1))
+    results: dict[int, MutationResult] = {}
+    errors: dict[int, BaseException] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def work() -> None:
+        while True:
+            # Taken and announced under one lock, so the progress lines come in
+            # the order of `mutations` whichever runner is free first.
+            with lock:
+                index, mutation = next(pending, (0, None))
+                if mutation is None or stop.is_set():
+                    return
+                log.progress(
+                    _log,
+                    f"mutation: {index}/{len(mutations)} {mutation.name} ({mutation.path})",
+                    started,
+                )
+            try:
+                results[index] = run_one(mutation)
+            except BaseException as exc:
+                errors[index] = exc
+                stop.set()
+
+    runners = [
+        threading.Thread(target=work, name=f"mutation-runner-{n}")
+        for n in range(min(jobs, len(mutations)))
+    ]
+    for runner in runners:
+        runner.start()
+    try:
+        for runner in runners:
+            runner.join()
+    except KeyboardInterrupt:
+        # Ctrl-C reached the running pytest processes too (one process group);
+        # wait for them, so that each overlay is removed by its own runner.
+        stop.set()
+        for runner in runners:
+            runner.join()
+        raise
+    if errors:
+        raise errors[min(errors)]
+    return [results[index] for index in sorted(results)]
+
+
+def run_mutations(
+    site_packages: Path,
+    pytest_args: Sequence[str],
+    *,
+    python: Path | None = None,
+    jobs: int = 1,
+    mutations: Sequence[Mutation] = MUTATIONS,
+) -> list[MutationResult]:
+    """Run the patch tests once unmutated, then once per mutation, `jobs` at a
+    time; the results in the order of `mutations`.
 
     `pytest_args` selects the tests (paths, -k ...). Raises `HarnessError` if the
     unmutated run is not green, if a snippet is missing, or if a mutated run
@@ -305,64 +436,38 @@ def run_mutations(
     site_packages = site_packages.resolve()
     python = python or venv.python_of(
         site_packages,
-        "Nothing was changed. Pass the site-packages of the venv the series is applied to.",
+        "Nothing was run. Pass the site-packages of the venv the series is applied to.",
     )
-    for path in _restore_leftovers(site_packages):
-        print(f"mutation: restored {path}, left mutated by an interrupted run", flush=True)
-    texts = {m.name: _source(site_packages, m) for m in MUTATIONS}
+    texts = {m.name: _source(site_packages, m) for m in mutations}
 
-    started = time.monotonic()
-    print("mutation: baseline, unmutated", flush=True)
-    baseline = _run_pytest(python, pytest_args)
-    # A mutation can make a test hang (a loop that never yields, say): that run
-    # is killed and counts as caught, since the tests did not pass.
-    hang_after_s = _HANG_FACTOR * (time.monotonic() - started) + _HANG_MARGIN_S
-    if baseline.returncode != _PASSED:
-        raise HarnessError(
-            f"the patch tests fail without any mutation (pytest exit "
-            f"{baseline.returncode}), so a mutation run would prove nothing. Nothing "
-            f"was changed. Fix the tests first:\n{proc.output_tail(baseline, _SHOWN_OUTPUT)}"
-        )
-
-    results: list[MutationResult] = []
-    for index, mutation in enumerate(MUTATIONS, start=1):
-        print(
-            f"mutation: {index}/{len(MUTATIONS)} {mutation.name} ({mutation.path}), "
-            f"{time.monotonic() - started:.0f}s so far",
-            flush=True,
-        )
-        mutation_started = time.monotonic()
-        with _mutated(site_packages, mutation, texts[mutation.name]):
-            try:
-                result = _run_pytest(python, pytest_args, hang_after_s)
-            except proc.TimeoutExpired:
-                results.append(
-                    MutationResult(
-                        name=mutation.name,
-                        path=mutation.path,
-                        caught=True,
-                        failed_tests=(f"(tests hung: killed after {hang_after_s:.0f}s)",),
-                        duration_s=time.monotonic() - mutation_started,
-                    )
-                )
-                continue
-        if result.returncode not in (_PASSED, _TESTS_FAILED):
+    with tempfile.TemporaryDirectory(prefix="mutation-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        started = time.monotonic()
+        _log.info("mutation: baseline, unmutated")
+        # Through an overlay of the unchanged tree, so that the baseline and
+        # the mutated runs differ in the one mutated file and nothing else.
+        with _overlay(site_packages, scratch) as overlay:
+            baseline = _run_pytest(python, site_packages, overlay, pytest_args)
+        hang_after_s = _HANG_FACTOR * (time.monotonic() - started) + _HANG_MARGIN_S
+        if baseline.returncode != _PASSED:
             raise HarnessError(
-                f"mutation '{mutation.name}': pytest exited {result.returncode} (not a "
-                f"test failure: the mutation broke collection or the run). "
-                f"{mutation.path} was restored. Make the neutralised snippet valid "
-                f"code:\n{proc.output_tail(result, _SHOWN_OUTPUT)}"
+                f"the patch tests fail without any mutation (pytest exit "
+                f"{baseline.returncode}), so a mutation run would prove nothing. "
+                f"Fix the tests first:\n{proc.output_tail(baseline, _SHOWN_OUTPUT)}"
             )
-        results.append(
-            MutationResult(
-                name=mutation.name,
-                path=mutation.path,
-                caught=result.returncode == _TESTS_FAILED,
-                failed_tests=_failed_tests(result.stdout),
-                duration_s=time.monotonic() - mutation_started,
+
+        def run_one(mutation: Mutation) -> MutationResult:
+            return _run_mutation(
+                python,
+                site_packages,
+                scratch,
+                mutation,
+                texts[mutation.name],
+                pytest_args,
+                hang_after_s,
             )
-        )
-    return results
+
+        return _run_concurrently(mutations, run_one, jobs, started)
 
 
 def format_table(results: list[MutationResult]) -> str:
@@ -378,6 +483,16 @@ def format_table(results: list[MutationResult]) -> str:
     return "\n".join(lines)
 
 
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of runs, 1 or more: {value!r}")
+    return jobs
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m harness.patches.mutation",
@@ -388,6 +503,12 @@ def main(argv: list[str] | None = None) -> None:
         "--site-packages",
         type=Path,
         help="site-packages with the series applied (default: the project's .venv)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=os.cpu_count() or 1,
+        help="mutated test runs at a time (default: the number of CPUs, %(default)s)",
     )
     parser.add_argument(
         "pytest_args",
@@ -403,12 +524,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"no {_PUSH_HEALTH_TESTS} under {site / _PATCH_TESTS}; run "
                 f"`make apply-patches` first"
             )
-        results = run_mutations(site, args.pytest_args or tests)
+        results = run_mutations(site, args.pytest_args or tests, jobs=args.jobs)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("mutation: interrupted; the mutated file was restored.", file=sys.stderr)
+        print("mutation: interrupted; the installed Ray was never changed.", file=sys.stderr)
         sys.exit(130)
     print(format_table(results))
     if not all(r.caught for r in results):

@@ -3,11 +3,9 @@ patch), run against a Ray release: the test venv of that release, the run
 itself, and its JUnit report read back as counts per file.
 
 The test venv is installed offline from the release's wheelhouse plus pytest and
-cached under `build/test-venvs/`. The serve tree under test is laid over it: a
-scratch folder holds a `ray` package whose entries are symlinks into the venv's
-installed `ray`, except `serve`, which is a copy of the tree under test; it goes
-first on PYTHONPATH. So Ray's compiled core and every dependency are exactly the
-release's wheels, `ray.serve` is exactly the tree under test, and nothing
+cached under `build/test-venvs/`. The serve tree under test is laid over it
+(`harness.patches.overlay`): Ray's compiled core and every dependency are exactly
+the release's wheels, `ray.serve` is exactly the tree under test, and nothing
 installed is ever written to.
 """
 
@@ -25,14 +23,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from harness.core import proc
+from harness.core import log, proc
 from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, ROOT
 from harness.core.pin import RayRelease, check_installed
 from harness.core.proc import output_tail
 from harness.core.venv import python_in, site_packages
 from harness.core.wheels import ensure_requirement_wheelhouse
+from harness.patches.overlay import serve_overlay
 from harness.patches.patch_files import patch_paths
+
+_log = log.get(__name__)
 
 TEST_VENVS_DIR = BUILD_DIR / "test-venvs"
 _COMPLETE = ".complete"
@@ -93,9 +94,11 @@ def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
         return _env_of(venv)
     tools = ensure_requirement_wheelhouse(requirement)
     started = time.monotonic()
-    print(
-        f"test venv: installing Ray {release.version} and {requirement} offline into {venv} ...",
-        flush=True,
+    _log.info(
+        "test venv: installing Ray %s and %s offline into %s ...",
+        release.version,
+        requirement,
+        venv,
     )
     TEST_VENVS_DIR.mkdir(parents=True, exist_ok=True)
     # Built beside the final folder and renamed in, so a half-built venv is
@@ -136,7 +139,7 @@ def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
         raise
     shutil.rmtree(venv, ignore_errors=True)
     os.replace(partial, venv)
-    print(f"test venv: ready in {time.monotonic() - started:.0f}s", flush=True)
+    log.progress(_log, "test venv: ready", started)
     return _env_of(venv)
 
 
@@ -214,20 +217,8 @@ def _junit_counts(report: Path) -> dict[str, TestCounts]:
 
 def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Path) -> TestRun:
     """Run `tests` (site-packages-relative paths) with `serve_tree` as `ray.serve`
-    over the Ray in `env`; see the module docstring for the layout."""
-    root = Path(tempfile.mkdtemp(prefix="overlay-", dir=scratch))
-    try:
-        package = root / "ray"
-        package.mkdir()
-        for entry in (env.site / "ray").iterdir():
-            if entry.name != "serve":
-                (package / entry.name).symlink_to(entry)
-        shutil.copytree(
-            serve_tree,
-            package / "serve",
-            symlinks=True,
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
+    over the Ray in `env`, through an overlay (`harness.patches.overlay`)."""
+    with serve_overlay(env.site, serve_tree, scratch) as root:
         # An empty ini of our own: the test run must not pick up this project's
         # pytest settings, or any ini above the scratch folder.
         (root / "pytest.ini").write_text("[pytest]\n")
@@ -275,8 +266,6 @@ def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Pat
         # The scratch folder is gone when this is read; its paths only add noise.
         output = output_tail(result, 6000).replace(f"{root}/", "")
         return TestRun(_junit_counts(report), result.returncode, output)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass
