@@ -61,8 +61,9 @@ def _total_duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 600 else f"{seconds:.1f}s"
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}s"
+def format_seconds(value: float | None, unit: str = "s") -> str:
+    """A duration to the millisecond, `-` if there is none."""
+    return "-" if value is None else f"{value:.3f}{unit}"
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -126,11 +127,11 @@ def side_by_side(verdicts: dict[str, Verdict]) -> str:
         ("fault windows", [f"{len(v.windows)}" for v in runs]),
         ("failures in fault windows", [f"{v.failures_in_windows:,}" for v in runs]),
         ("failures outside any fault", [f"{v.failures_outside:,}" for v in runs]),
-        ("latency p50", [_seconds(v.latency.p50 if v.latency else None) for v in runs]),
-        ("latency p90", [_seconds(v.latency.p90 if v.latency else None) for v in runs]),
-        ("latency p99", [_seconds(v.latency.p99 if v.latency else None) for v in runs]),
-        ("latency p99.9", [_seconds(v.latency.p999 if v.latency else None) for v in runs]),
-        ("latency max", [_seconds(v.latency.max if v.latency else None) for v in runs]),
+        ("latency p50", [format_seconds(v.latency.p50 if v.latency else None) for v in runs]),
+        ("latency p90", [format_seconds(v.latency.p90 if v.latency else None) for v in runs]),
+        ("latency p99", [format_seconds(v.latency.p99 if v.latency else None) for v in runs]),
+        ("latency p99.9", [format_seconds(v.latency.p999 if v.latency else None) for v in runs]),
+        ("latency max", [format_seconds(v.latency.max if v.latency else None) for v in runs]),
         (
             "result",
             [f"{v.result} (threshold {format_percent(v.threshold)})" for v in runs],

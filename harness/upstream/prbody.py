@@ -78,10 +78,6 @@ def _image_note(
     )
 
 
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def _scenario_section(
     name: str,
     results: Path,
@@ -89,7 +85,13 @@ def _scenario_section(
     tags: dict[str, list[tuple[int, str]]],
     series: Sequence[str] = (),
 ) -> list[str]:
-    from harness.experiment.report import JSON_NAME, PNG_NAME, format_percent, record_text
+    from harness.experiment.report import (
+        JSON_NAME,
+        PNG_NAME,
+        format_percent,
+        format_seconds,
+        record_text,
+    )
 
     folder = results / name
     path = folder / JSON_NAME
@@ -122,7 +124,8 @@ def _scenario_section(
         lat = v.get("latency")
         if not lat:
             return "-"
-        return f"{_seconds(lat['p50'])} / {_seconds(lat['p99'])} / {_seconds(lat['max'])} s"
+        p50, p99, worst = (format_seconds(lat[key], unit="") for key in ("p50", "p99", "max"))
+        return f"{p50} / {p99} / {worst} s"
 
     def _record(v: dict) -> str:
         if "record_gap" not in v:
