@@ -20,7 +20,7 @@ def drain(
     from ray.core.generated import autoscaler_pb2
 
     # _raylet.pyi declares only the id types, not the GCS client.
-    client = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
+    client = ray._raylet.GcsClient(address=gcs_address)
     # Starting this process and importing Ray takes most of a second; the caller
     # starts it early and names the wall-clock time the drain is due (the
     # container's clock is the host's).
@@ -30,9 +30,7 @@ def drain(
     accepted, rejection = client.drain_node(
         node_id_hex,
         # Ray ships its generated protobuf modules without .pyi.
-        autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
-            f"DRAIN_NODE_REASON_{reason}"
-        ),
+        autoscaler_pb2.DrainNodeReason.Value(f"DRAIN_NODE_REASON_{reason}"),
         message,
         deadline_ms,
     )

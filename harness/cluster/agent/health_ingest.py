@@ -59,7 +59,7 @@ def health_ingest(
         [
             # Ray types a method not marked @ray.method as the plain method,
             # without the .remote every actor method has.
-            actor.run.remote(i * share, min(share, nodes - i * share))  # type: ignore[attr-defined]
+            actor.run.remote(i * share, min(share, nodes - i * share))
             for i, actor in enumerate(actors)
         ]
     )

@@ -8,7 +8,7 @@ from harness.cluster.agent.session import connect, gcs_tables
 
 def nodes() -> list[dict]:
     # Ray ships its generated protobuf modules without .pyi.
-    from ray.core.generated.common_pb2 import NodeDeathInfo  # type: ignore[attr-defined]
+    from ray.core.generated.common_pb2 import NodeDeathInfo
 
     keep = ("NodeID", "Alive", "NodeManagerAddress", "NodeManagerHostname", "Resources")
     found = []
