@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.core import log
 from harness.experiment.configs import RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
@@ -42,6 +43,8 @@ from harness.scenarios.base import (
     logged,
     observe_log_lines,
 )
+
+_log = log.get(__name__)
 
 MIN_DRAINING_S = 5.0
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
@@ -109,9 +112,13 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
             env={**ENV, **config.env},
             worker_resources={"w": 10},
         )
+        started = time.monotonic()
         with Cluster(cluster_config) as cluster:
             for number in range(self.events):
                 cluster.deploy(_app(2, self.request_timeout_s))
+                log.progress(
+                    _log, f"{self.name}: event {number + 1} of {self.events} under load", started
+                )
                 asyncio.run(self._event(cluster, history, number))
             observe_log_lines(history, cluster, cluster.head, [STOPPING], "head")
         return history
