@@ -21,6 +21,13 @@ DYNAMIC_MEMBERSHIP_MASTER_WORKER = {
     **DYNAMIC_MEMBERSHIP,
     "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1",
 }
+# Membership over the admin socket with `add server` / `del server`: no slots
+# to outgrow, so no replica count makes HAProxy reload; master-worker mode for
+# the reloads other changes still cause.
+RUNTIME_SERVERS_MASTER_WORKER = {
+    "RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED": "1",
+    "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1",
+}
 # Replicas report their health to their node's proxy instead of being probed.
 PUSH_HEALTH = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 # Ray exports its metrics every second, so a run reads counters that are current.

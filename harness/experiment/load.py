@@ -305,12 +305,16 @@ class LoadSpec:
     seed: int = 1
 
 
-async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> None:
+async def open_loop(
+    host: str, port: int, spec: LoadSpec, history: History, stop: asyncio.Event | None = None
+) -> None:
     """Open loop: request k is due at t0 + k/rate whether or not earlier ones
     finished, so a slow cluster shows up as latency and errors, not as a lower
     offered rate. A request waits for a free connection only when all
     `connections` are busy; `scheduled` in its row records how late it started,
-    and the wait counts toward its `timeout_s`. Bounded by duration and count.
+    and the wait counts toward its `timeout_s`. Bounded by duration and count,
+    and by `stop`: once it is set nothing more is scheduled (for an experiment
+    whose length depends on how fast the cluster does what it is asked).
 
     Every request scheduled here gets exactly one row: one that never found a
     free connection in time is a TIMEOUT, and one still running when the loop
@@ -368,7 +372,7 @@ async def open_loop(host: str, port: int, spec: LoadSpec, history: History) -> N
         t0 = time.time()
         for k in range(spec.max_requests):
             due = t0 + k / spec.rate
-            if due - t0 >= spec.duration_s:
+            if due - t0 >= spec.duration_s or (stop is not None and stop.is_set()):
                 break
             delay = due - time.time()
             if delay > 0:
