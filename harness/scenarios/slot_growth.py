@@ -200,4 +200,9 @@ class SlotGrowth(Scenario[GrowthFacts]):
                     f"{run.label} did not fail: the growth did not reproduce the "
                     f"hard-stopped old worker, so the runtime-servers run proves nothing"
                 )
+        if not any(
+            r.config and r.config.sets(RUNTIME_SERVERS_MASTER_WORKER) for r in runs.values()
+        ):
+            ok = False
+            findings.append("no run on the runtime-servers path: nothing was shown to hold")
         return ok, findings
