@@ -101,8 +101,8 @@ bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one r
 bench-health: $(PY) ## controller cost of health checks at several sizes, pull vs push: make bench-health [ARGS="--sizes 16,48 --repeats 2"]
 	@$(call harness_run,$(HARNESS) bench health $(ARGS))
 
-bench-membership: $(PY) ## HAProxy reloads and change-to-routing latency per replica change, stock vs patched
-	@$(call harness_run,$(HARNESS) bench membership)
+bench-membership: $(PY) ## what a replica change costs HAProxy, stock vs slots vs runtime servers, through the controller and at 16/64/256 servers: make bench-membership [ARGS="--sizes 16,64 --rounds 10"]
+	@$(call harness_run,$(HARNESS) bench membership $(ARGS))
 
 bench-keepalive: $(PY) ## what closing after streamed responses costs keep-alive clients, off vs on
 	@$(call harness_run,$(HARNESS) bench keepalive)

@@ -248,7 +248,9 @@ def cmd_bench(args) -> None:
     else:
         from harness.bench import membership as bench_membership
 
-        bench_membership.print_membership(bench_membership.bench_membership(args.rounds))
+        bench_membership.print_membership(
+            bench_membership.bench_membership(args.rounds, args.sizes)
+        )
 
 
 def cmd_up(args) -> None:
@@ -548,7 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sizes",
         type=_sizes,
         default=None,
-        help="health: replica counts per app, comma-separated (default 16,32,48)",
+        help="health: replica counts per app, comma-separated (default 16,32,48); "
+        "membership: servers in the backend (default 16,64,256)",
     )
     p.add_argument(
         "--repeats", type=int, default=None, help="health: runs of every mode per size (default 3)"

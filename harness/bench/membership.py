@@ -1,10 +1,15 @@
 """`make bench-membership`: what a replica change costs HAProxy, stock 2.60.0
-against patches 0005 and 0006 with both flags on, side by side in one run.
+against the patched image's two membership paths, side by side in one run:
+server slots (patch 0005, RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED) and
+runtime servers (patch 0008, RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED), both
+in master-worker mode (patch 0006).
 
-For each configuration, one cluster (head and one worker; the app's replicas
-on the worker) and one app; per round a replica is added and later removed,
-both controller changes the head's HAProxy has to follow (the agent's
-`membership-latency`):
+Two parts.
+
+Through the controller. Per configuration, one cluster (head and one worker;
+the app's replicas on the worker) and one app; per round a replica is added
+and later removed, both controller changes the head's HAProxy has to follow
+(the agent's `membership-latency`):
 
   reloads per change      HAProxy processes the head started during the
                           rounds, per change: a new process per reload with
@@ -19,8 +24,18 @@ both controller changes the head's HAProxy has to follow (the agent's
   change -> RUNNING       the replica's own start, for scale: the same code in
                           both configurations
 
-Both run with membership_churn's environment (a 2 s drain window, so a
-removed replica is gone within seconds and a round takes ~10 s, not ~40).
+By backend size. Per configuration and size (16, 64 and 256 servers by
+default), the node's HAProxy manager code on its own, driven as the manager
+drives it, with one backend of that many servers, each a real HTTP listener
+(the agent's `haproxy-membership`): per round a server is added and the
+oldest removed. Per size: the update call's time per change (p50 and p99),
+change -> first answer from the added server (p50 and p99; the prober's
+rotation over the backend bounds the resolution and is shown), HAProxy
+processes started, and the resident memory of the HAProxy processes.
+
+Both parts run with membership_churn's environment (a 2 s drain window and
+hard-stop-after 3 s, so a removed replica and a reloaded-out worker are gone
+within seconds).
 """
 
 from __future__ import annotations
@@ -33,17 +48,22 @@ from harness.cluster import appconfigs, images
 from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
 from harness.core import log
 from harness.core.errors import HarnessError
+from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment.checker import percentile
 from harness.experiment.configs import (
     DYNAMIC_MEMBERSHIP_MASTER_WORKER,
     FAST_METRICS,
     MEMBERSHIP_CHURN,
+    RUNTIME_SERVERS_MASTER_WORKER,
+    RunConfig,
 )
 
 _log = log.get(__name__)
 
 REPLICAS = 2
+SIZES = (16, 64, 256)  # servers in the backend, by-size part
+SIZE_ROUNDS = 10  # rounds (an addition and a removal each) per size
 # Serve's HAProxy manager: from the first coalesced broadcast to the update done.
 UPDATE_LATENCY = "ray_serve_haproxy_update_latency_s"
 
@@ -114,25 +134,97 @@ def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
     }
 
 
-def bench_membership(rounds: int = 20) -> list[dict]:
-    pin = load_pin()
-    stock = images.ensure_node_image(images.ImageSpec(pin.ray.version, "stock"))
-    patched = images.ensure_node_image(images.ImageSpec(pin.ray.version, "patched"))
+def _configs() -> list[RunConfig]:
+    """Stock, then the patched image's two membership paths."""
+    version = load_pin().ray.version
     return [
-        measure(stock, f"stock {pin.ray.version}", rounds, dict(MEMBERSHIP_CHURN)),
-        measure(
-            patched,
-            "patched, both flags on",
-            rounds,
-            {**MEMBERSHIP_CHURN, **DYNAMIC_MEMBERSHIP_MASTER_WORKER},
+        RunConfig(images.ImageSpec(version, "stock")),
+        RunConfig(images.ImageSpec(version, "patched"), "slots", DYNAMIC_MEMBERSHIP_MASTER_WORKER),
+        RunConfig(
+            images.ImageSpec(version, "patched"), "runtime servers", RUNTIME_SERVERS_MASTER_WORKER
         ),
     ]
 
 
-def print_membership(results: list[dict]) -> None:
-    stock, patched = results
+def measure_sizes(tag: str, label: str, sizes: list[int], rounds: int, env: dict) -> list[dict]:
+    """The by-size part for one configuration: one head-only cluster, the agent's
+    `haproxy-membership` once per size."""
+    config = ClusterConfig(image=tag, name="rayspot-bench-membership-sizes", workers=0, env=env)
+    started = time.monotonic()
+    rows = []
+    with Cluster(config) as cluster:
+        for size in sizes:
+            args = ["haproxy-membership", "--size", str(size), "--rounds", str(rounds)]
+            sample = cluster.exec_head(args, check=False)
+            if sample.get("error"):
+                raise HarnessError(f"bench-membership {label}, {size} servers: {sample['error']}")
+            row = _size_row(label, sample)
+            rows.append(row)
+            log.progress(
+                _log,
+                f"bench-membership {label}: {size} servers: update p50 "
+                f"{row['update_p50'] * 1000:.1f} ms, added -> routed p50 "
+                f"{row['routed_p50'] * 1000:.0f} ms, {row['started']} HAProxy processes "
+                f"started, HAProxy RSS {row['rss_mib']:.0f} MiB",
+                started,
+            )
+    return rows
+
+
+def _size_row(label: str, sample: dict) -> dict:
+    changes = sample["changes"]
+    updates = sorted(c["update_s"] for c in changes)
+    adds = [c for c in changes if c["kind"] == "add"]
+    routed = sorted(c["routed_s"] for c in adds)
+    rate = statistics.median(c["probe_rate"] for c in adds)
+    return {
+        "label": label,
+        "size": sample["size"],
+        "changes": len(changes),
+        "started": sample["haproxy_started"],
+        "update_p50": percentile(updates, 50),
+        "update_p99": percentile(updates, 99),
+        "routed_p50": percentile(routed, 50),
+        "routed_p99": percentile(routed, 99),
+        # One pass of the prober over every server in the backend, at its rate.
+        "resolution_s": (sample["size"] + 1) / rate,
+        "rss_mib": sample["haproxy_rss_kib"] / 1024,
+        "processes": sample["haproxy_processes"],
+        "server_lines": sample["config_server_lines"],
+    }
+
+
+def bench_membership(rounds: int = 20, sizes: list[int] | None = None) -> dict:
+    sizes = sizes or list(SIZES)
+    configs = _configs()
+    tags = {str(c.image): images.ensure_node_image(c.image) for c in configs}
+    churn = [
+        measure(tags[str(c.image)], c.label, rounds, {**MEMBERSHIP_CHURN, **c.env}) for c in configs
+    ]
+    by_size = [
+        row
+        for c in configs
+        for row in measure_sizes(
+            tags[str(c.image)], c.label, sizes, SIZE_ROUNDS, {**MEMBERSHIP_CHURN, **c.env}
+        )
+    ]
+    result = {"controller": churn, "sizes": by_size}
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "bench-membership.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def print_membership(result: dict) -> None:
+    churn = result["controller"]
     print()
-    print(f"one app, {REPLICAS} <-> {REPLICAS + 1} replicas on a worker; the head's HAProxy")
+    print(
+        f"through the controller: one app, {REPLICAS} <-> {REPLICAS + 1} replicas on a worker; "
+        "the head's HAProxy"
+    )
     print()
     print(
         "| configuration | changes | HAProxy reloads | reloads / change "
@@ -140,21 +232,51 @@ def print_membership(results: list[dict]) -> None:
         "| change -> RUNNING p50 |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in results:
+    for r in churn:
         update = (
-            "-"
-            if r["update_mean"] is None
-            else f"{r['update_mean'] * 1000:.0f} ms ({r['updates']:.0f})"
+            "-" if r["update_mean"] is None else f"{_ms(r['update_mean'])} ({r['updates']:.0f})"
         )
         print(
             f"| {r['label']} | {r['changes']} | {r['reloads']} "
-            f"| {r['reloads'] / r['changes']:.2f} | {r['routed_p50'] * 1000:.0f} ms "
-            f"| {r['routed_p99'] * 1000:.0f} ms | {r['routed_mean'] * 1000:.0f} ms "
+            f"| {r['reloads'] / r['changes']:.2f} | {_ms(r['routed_p50'])} "
+            f"| {_ms(r['routed_p99'])} | {_ms(r['routed_mean'])} "
             f"| {update} | {r['started_p50']:.2f} s |"
         )
+    stock = churn[0]
+    print()
+    for r in churn[1:]:
+        print(
+            f"RUNNING -> routed, {r['label']} / stock: p50 "
+            f"{r['routed_p50'] / stock['routed_p50']:.2f}x, p99 "
+            f"{r['routed_p99'] / stock['routed_p99']:.2f}x"
+        )
+    rows = result["sizes"]
     print()
     print(
-        f"RUNNING -> routed, patched / stock: p50 "
-        f"{patched['routed_p50'] / stock['routed_p50']:.2f}x, p99 "
-        f"{patched['routed_p99'] / stock['routed_p99']:.2f}x"
+        "by backend size: the HAProxy manager's code on its own, one backend of N real "
+        "HTTP servers; per round one added, the oldest removed"
     )
+    print()
+    print(
+        "| configuration | servers | changes | HAProxy processes started "
+        "| update p50 | p99 | added -> routed p50 | p99 | probe resolution "
+        "| HAProxy RSS | server lines in the config |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['label']} | {r['size']} | {r['changes']} | {r['started']} "
+            f"| {_ms(r['update_p50'])} | {_ms(r['update_p99'])} "
+            f"| {_ms(r['routed_p50'])} | {_ms(r['routed_p99'])} | {_ms(r['resolution_s'])} "
+            f"| {r['rss_mib']:.1f} MiB ({r['processes']} processes) | {r['server_lines']} |"
+        )
+    print()
+    for size in sorted({r["size"] for r in rows}):
+        at = [r for r in rows if r["size"] == size]
+        base = at[0]
+        ratios = ", ".join(
+            f"{r['label']} update {r['update_p50'] / base['update_p50']:.2f}x, "
+            f"routed {r['routed_p50'] / base['routed_p50']:.2f}x"
+            for r in at[1:]
+        )
+        print(f"{size} servers, p50 against stock: {ratios}")

@@ -12,5 +12,7 @@ nothing here imports from the harness outside this package.
     drain          the GCS drain a spot-notice agent sends
     churn          the membership-churn workload
     membership     the membership-latency probe of bench-membership
+    haproxy_membership  bench-membership by backend size: the HAProxy manager's
+                   code on its own, with real HTTP servers
     health_ingest  the controller-ingest load of bench-health
 """

@@ -8,7 +8,15 @@ import argparse
 import json
 import sys
 
-from harness.cluster.agent import churn, deploy, drain, health_ingest, membership, state
+from harness.cluster.agent import (
+    churn,
+    deploy,
+    drain,
+    haproxy_membership,
+    health_ingest,
+    membership,
+    state,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_latency = sub.add_parser("membership-latency")
     p_latency.add_argument("config_json", help="one app; a replica is added to it and removed")
     p_latency.add_argument("--port", type=int, default=8000)
+    p_sizes = sub.add_parser("haproxy-membership")
+    p_sizes.add_argument("--size", type=int, required=True, help="servers in the backend")
+    p_sizes.add_argument("--rounds", type=int, default=10, help="one addition, one removal each")
     sub.add_parser("actors")
     sub.add_parser("controller-health")
     p_ingest = sub.add_parser("health-ingest")
@@ -68,6 +79,8 @@ def run(args: argparse.Namespace) -> object:
         )
     if args.cmd == "membership-latency":
         return membership.membership_latency(json.loads(args.config_json), args.port)
+    if args.cmd == "haproxy-membership":
+        return haproxy_membership.haproxy_membership(args.size, args.rounds)
     if args.cmd == "actors":
         return state.actors()
     if args.cmd == "controller-health":
