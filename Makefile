@@ -89,24 +89,11 @@ mutation-check: apply-patches ## remove each guarded piece of the push-health pa
 integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, real HTTP
 	$(PY) -m pytest -m integration -s -v
 
-# The unit tests, the patches' own tests and the mutation check are CPU work; the
-# integration tests mostly wait on timers (drain windows, spot notices, reload churn).
-# So the two run alongside each other: the fast group in the background into
-# $(FAST_LOG), printed once the integration tests end (all of it if it failed).
 # pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
-FAST_LOG := build/test-fast.log
-test: apply-patches ## every test: mutation check, unit and the patches' tests, alongside the integration tests
-	@mkdir -p build; \
-	{ $(MAKE) --no-print-directory mutation-check && \
-	  $(PY) -m pytest -v -p no:cacheprovider tests/unit $(PATCH_TESTS); } >$(FAST_LOG) 2>&1 & fast=$$!; \
-	$(PY) -m pytest -s -v -p no:cacheprovider tests/integration; slow=$$?; \
-	wait $$fast; fast_rc=$$?; \
-	echo "make test: unit tests, the patches' tests and the mutation check ran alongside (log: $(FAST_LOG)):"; \
-	if [ $$fast_rc -eq 0 ]; then tail -n 3 $(FAST_LOG); else cat $(FAST_LOG); fi; \
-	for rc in $$slow $$fast_rc; do \
+test: mutation-check ## every test: mutation check, unit, the patches' tests, integration
+	@$(PY) -m pytest -s -v -p no:cacheprovider tests/unit $(PATCH_TESTS) tests/integration; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
-	done; \
-	if [ $$slow -ne 0 ]; then exit $$slow; fi; exit $$fast_rc
+	  exit $$rc
 
 bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one run
 	@$(call harness_run,$(HARNESS) bench load)
