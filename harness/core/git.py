@@ -22,6 +22,10 @@ from harness.core.errors import HarnessError
 _FIXED_NAME = "Ray patch workspace"
 _FIXED_EMAIL = "workspace@ray-patches.invalid"
 _FIXED_DATE = "@946684800 +0000"
+# Who an exported patch file says wrote it: the workspace, not a person. The
+# commits that go upstream are made by whoever applies the series to their Ray
+# checkout (`contributor_identity`), with their Signed-off-by.
+WORKSPACE_AUTHOR = f"{_FIXED_NAME} <{_FIXED_EMAIL}>"
 
 # Settings a repository's own .git/config could change and that would change the
 # bytes of an exported patch; `-c` outranks every config file.
@@ -125,3 +129,44 @@ def uncommitted_paths(repo: Path, isolated: bool) -> list[str]:
     """Files in `repo` with changes not committed, untracked ones included."""
     out = git_output(["status", "--porcelain"], repo, isolated=isolated)
     return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+# Domains reserved for examples and tests (RFC 2606, RFC 6761): an address there
+# reaches no one, so a commit signed off with it certifies nothing.
+_RESERVED_DOMAINS = ("example", "invalid", "test", "localhost")
+_RESERVED_SECOND_LEVEL = ("example.com", "example.net", "example.org")
+
+
+def contributor_identity(repo: Path) -> tuple[str, str]:
+    """The (name, email) git would author a commit with in the user's own
+    `repo`: their config, or GIT_AUTHOR_NAME / GIT_AUTHOR_EMAIL. A HarnessError
+    if there is none, or if the address is a placeholder."""
+    how = (
+        "Set yours with `git config --global user.name 'Your Name'` and `git config "
+        "--global user.email you@your.domain`, or GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL."
+    )
+    result = run_git(["var", "GIT_AUTHOR_IDENT"], repo, isolated=False)
+    ident = result.stdout.strip()
+    if result.returncode != 0 or "<" not in ident:
+        raise HarnessError(
+            f"git has no author identity for {repo}: each commit is yours, with your "
+            f"Signed-off-by, as Ray requires. {how} Nothing was changed.\n"
+            f"{proc.output_tail(result)}"
+        )
+    name, _, rest = ident.partition("<")
+    email = rest.partition(">")[0].strip()
+    name = name.strip()
+    domain = email.rpartition("@")[2].lower()
+    placeholder = (
+        not name
+        or "@" not in email
+        or domain.rsplit(".", 1)[-1] in _RESERVED_DOMAINS
+        or any(domain == d or domain.endswith("." + d) for d in _RESERVED_SECOND_LEVEL)
+    )
+    if placeholder:
+        raise HarnessError(
+            f"git would author the commits in {repo} as {name or '(no name)'} <{email}>, "
+            f"a placeholder: each commit is yours, with your Signed-off-by, as Ray "
+            f"requires, and that address reaches no one. {how} Nothing was changed."
+        )
+    return name, email

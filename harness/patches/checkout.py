@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import HarnessError, listing
-from harness.core.git import git_output, operation_in_progress, run_git, uncommitted_paths
+from harness.core.git import (
+    contributor_identity,
+    git_output,
+    operation_in_progress,
+    run_git,
+    uncommitted_paths,
+)
 from harness.core.pin import RayRelease
 from harness.core.proc import output_tail
 from harness.patches.patch_files import SERVE, SOURCE_ROOT, failed_patch
@@ -119,6 +125,21 @@ def _carries_series(repo: Path, patches: Sequence[Path]) -> str | None:
     return base.stdout.strip()
 
 
+def _make_contributors(repo: Path, base: str) -> None:
+    """Make the commits after `base` the user's own: authored by them (a patch
+    file's author is the workspace's, not a person) and with their
+    Signed-off-by, which Ray's contribution rules require of every commit."""
+    amend = "git commit --amend --quiet --no-edit --no-verify --reset-author --signoff"
+    result = run_git(["rebase", "--quiet", "--exec", amend, base], repo, isolated=False)
+    if result.returncode != 0:
+        run_git(["rebase", "--abort"], repo, isolated=False)
+        raise HarnessError(
+            f"the series applied to {repo}, but making its commits yours (author and "
+            f"Signed-off-by) failed; the commits are there as the patch files author "
+            f"them:\n{output_tail(result)}"
+        )
+
+
 @dataclass(frozen=True)
 class CheckoutResult:
     repo: Path
@@ -179,6 +200,7 @@ def apply_to_checkout(
     refuse_dirty(repo)
     if not patches:
         return CheckoutResult(repo, head, why, 0, already=False)
+    contributor_identity(repo)
     am: list[str | Path] = [
         "am",
         "--3way",
@@ -192,6 +214,7 @@ def apply_to_checkout(
         run_git(["am", "--abort"], repo, isolated=False)
         raise
     if result.returncode == 0:
+        _make_contributors(repo, head)
         return CheckoutResult(repo, head, why, len(patches), already=False)
     output = output_tail(result)
     run_git(["am", "--abort"], repo, isolated=False)

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from harness.core.errors import HarnessError, listing
-from harness.core.git import git_output, operation_in_progress, run_git, uncommitted_paths
+from harness.core.git import (
+    WORKSPACE_AUTHOR,
+    git_output,
+    operation_in_progress,
+    run_git,
+    uncommitted_paths,
+)
 from harness.core.paths import PATCHES_DIR, SERIES_FILE, WORKSPACE_DIR
 from harness.core.pin import read_series
 from harness.core.proc import output_tail
@@ -97,7 +103,39 @@ _FORMAT_PATCH = (
 
 def _format_patches(workspace: Path, out_dir: Path) -> list[Path]:
     out = git_output([*_FORMAT_PATCH, "-o", out_dir, f"{BASE_TAG}..HEAD"], workspace)
-    return [Path(line) for line in out.splitlines() if line.strip()]
+    files = [Path(line) for line in out.splitlines() if line.strip()]
+    for path in files:
+        path.write_bytes(without_personal_identity(path.read_bytes()))
+    return files
+
+
+_SIGNED_OFF = re.compile(rb"^Signed-off-by: .*\n", re.MULTILINE)
+_MIME_HEADERS = re.compile(
+    rb"^MIME-Version: 1\.0\nContent-Type: text/plain; charset=UTF-8\n"
+    rb"Content-Transfer-Encoding: 8bit\n",
+    re.MULTILINE,
+)
+
+
+def without_personal_identity(patch: bytes) -> bytes:
+    """A format-patch file with the workspace as its author and no
+    Signed-off-by in its message: whoever commits in the workspace, the file
+    is the same, and the person who takes the series upstream authors and
+    signs off its commits there (patches/checkout.py)."""
+    head, sep, rest = patch.partition(b"\nDate: ")
+    lines = head.split(b"\n")
+    author = next(i for i, line in enumerate(lines) if line.startswith(b"From: "))
+    head = b"\n".join([*lines[:author], b"From: " + WORKSPACE_AUTHOR.encode()])
+    # With --no-stat the message ends at the blank line before the first diff.
+    message, diff_sep, diff = rest.partition(b"\n\ndiff --git ")
+    # Without its trailers the message ends where its text does, as git would
+    # store it after `git am`, so exporting that commit again gives these bytes.
+    message = _SIGNED_OFF.sub(b"", message + b"\n").rstrip(b"\n")
+    if message.isascii():
+        # format-patch declares UTF-8 only for a message that needs it, and a
+        # removed trailer may have been the only non-ASCII text in it.
+        message = _MIME_HEADERS.sub(b"", message, count=1)
+    return head + sep + message + diff_sep + diff
 
 
 def _check_workspace(workspace: Path, action: str) -> None:

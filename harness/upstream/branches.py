@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.core import log
 from harness.core.errors import HarnessError, listing
-from harness.core.git import git_output, run_git
+from harness.core.git import contributor_identity, git_output, run_git
 from harness.core.paths import BUILD_DIR
 from harness.core.pin import RayRelease
 from harness.core.proc import output_tail
@@ -253,6 +253,8 @@ def pr_branches(
     )
     base, why = at_the_pin(repo, release, wheel)
     refuse_dirty(repo)
+    # Before the worktree: each patch's commit is made as this identity.
+    contributor_identity(repo)
     names = branch_names(patches)
     existing = _branch_refs(repo, names)
     if existing and not force:

@@ -16,6 +16,6 @@ def isolate_git(monkeypatch, date: str | None = None) -> None:
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     for role in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{role}_NAME", "Zoë Developer")
-        monkeypatch.setenv(f"GIT_{role}_EMAIL", "zoe@example.com")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "zoe@users.noreply.github.com")
         if date:
             monkeypatch.setenv(f"GIT_{role}_DATE", date)

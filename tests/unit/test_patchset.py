@@ -17,6 +17,7 @@ import pytest
 from pinned_tree import COMMIT, RELEASE, REPLICA, ROUTER, isolate_git
 
 from harness.core.errors import HarnessError
+from harness.core.git import WORKSPACE_AUTHOR
 from harness.core.paths import ROOT
 from harness.core.pin import RayRelease, read_series
 from harness.patches import journal, patch_files
@@ -389,6 +390,52 @@ def test_checkout_applies_cleanly(tmp_path: Path, series: list[Path]) -> None:
     assert (repo / "python" / CREATED_TEST).is_file()
 
 
+def test_checkout_commits_are_the_users_with_their_sign_off(
+    tmp_path: Path, series: list[Path]
+) -> None:
+    repo, release = ray_checkout(tmp_path / "ray")
+    apply_to_checkout(repo, series[:2], release)
+    for commit in ("HEAD", "HEAD~1"):
+        assert git(repo, "log", "-1", "--format=%an <%ae>", commit) == (
+            "Zoë Developer <zoe@users.noreply.github.com>"
+        )
+        trailers = git(repo, "log", "-1", "--format=%(trailers:key=Signed-off-by)", commit)
+        assert trailers.strip() == "Signed-off-by: Zoë Developer <zoe@users.noreply.github.com>"
+
+
+@pytest.mark.parametrize(
+    "email",
+    [
+        "zoe@example.com",
+        "maintainers@users.noreply.a-seed-b411223f.example",
+        "workspace@ray-patches.invalid",
+        "zoe@mail.example.org",
+        "zoe@localhost",
+        "zoe",
+    ],
+)
+def test_checkout_refuses_a_placeholder_identity(
+    tmp_path: Path, series: list[Path], monkeypatch, email: str
+) -> None:
+    repo, release = ray_checkout(tmp_path / "ray")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", email)
+    with pytest.raises(HarnessError, match="user.email") as err:
+        apply_to_checkout(repo, series[:2], release)
+    assert "Nothing was changed" in str(err.value)
+    assert git(repo, "rev-parse", "HEAD") == release.commit
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_an_address_that_only_ends_like_a_reserved_one_is_taken(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from harness.core.git import contributor_identity
+
+    repo, _ = ray_checkout(tmp_path / "ray")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "zoe@notexample.com")
+    assert contributor_identity(repo) == ("Zoë Developer", "zoe@notexample.com")
+
+
 def test_checkout_failed_am_leaves_checkout_as_it_was(tmp_path: Path, series: list[Path]) -> None:
     repo, release = ray_checkout(tmp_path / "ray")
     with pytest.raises(HarnessError) as err:
@@ -525,7 +572,7 @@ def edit_in_workspace(ws: Path) -> None:
     commit(
         ws,
         "[Serve] Drop the run() shim\n\nThe API module now exports run directly.\n\n"
-        "Signed-off-by: Zoë Developer <zoe@example.com>\n",
+        "Signed-off-by: Zoë Developer <zoe@users.noreply.github.com>\n",
         {"ray/serve/api.py": None, "ray/serve/__init__.py": "def run(app):\n    return app\n"},
     )
 
@@ -554,6 +601,11 @@ def test_workspace_round_trip_is_byte_identical(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in patches_dir.glob("*.patch")} == original
     assert (patches_dir / "series").read_text() == series_text
     assert b"\n-- \n" not in original[exported[0].name]  # --no-signature
+    # The files name the workspace as author and carry no one's Signed-off-by:
+    # whoever takes the series upstream authors and signs off its commits.
+    for text in original.values():
+        assert b"\nFrom: " + WORKSPACE_AUTHOR.encode() + b"\nDate: " in text
+        assert b"Zo" not in text.split(b"\ndiff --git ")[0]
 
 
 def test_workspace_base_is_reproducible(tmp_path: Path) -> None:

@@ -246,6 +246,9 @@ def test_branches_are_stacked_and_each_is_tested(tmp_path: Path, wheel: Path, en
         "[Serve] Drain replicas in two phases\nStop routing first."
     )
     assert git(repo, "log", "-1", "--format=%an", second) == "Zoë Developer"
+    for branch in (first, second):
+        assert git(repo, "log", "-1", "--format=%(trailers:key=Signed-off-by,valueonly)", branch)
+        assert git(repo, "log", "-1", "--format=%ae", branch) == "zoe@users.noreply.github.com"
     assert_untouched(repo, head)
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     # Each branch ran its own tests and those of the branches below it.
