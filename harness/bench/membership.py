@@ -264,11 +264,12 @@ def print_membership(result: dict) -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        processes = f"{r['processes']} process" + ("es" if r["processes"] != 1 else "")
         print(
             f"| {r['label']} | {r['size']} | {r['changes']} | {r['started']} "
             f"| {_ms(r['update_p50'])} | {_ms(r['update_p99'])} "
             f"| {_ms(r['routed_p50'])} | {_ms(r['routed_p99'])} | {_ms(r['resolution_s'])} "
-            f"| {r['rss_mib']:.1f} MiB ({r['processes']} processes) | {r['server_lines']} |"
+            f"| {r['rss_mib']:.1f} MiB ({processes}) | {r['server_lines']} |"
         )
     print()
     for size in sorted({r["size"] for r in rows}):
