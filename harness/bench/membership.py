@@ -198,15 +198,13 @@ def bench_membership(rounds: int = 20, sizes: list[int] | None = None) -> dict:
     sizes = sizes or list(SIZES)
     configs = _configs()
     tags = {str(c.image): images.ensure_node_image(c.image) for c in configs}
-    churn = [
-        measure(tags[str(c.image)], c.label, rounds, {**MEMBERSHIP_CHURN, **c.env}) for c in configs
-    ]
+    # Each configuration: its node image and its nodes' environment.
+    runs = [(c.label, tags[str(c.image)], {**MEMBERSHIP_CHURN, **c.env}) for c in configs]
+    churn = [measure(tag, label, rounds, env) for label, tag, env in runs]
     by_size = [
         row
-        for c in configs
-        for row in measure_sizes(
-            tags[str(c.image)], c.label, sizes, SIZE_ROUNDS, {**MEMBERSHIP_CHURN, **c.env}
-        )
+        for label, tag, env in runs
+        for row in measure_sizes(tag, label, sizes, SIZE_ROUNDS, env)
     ]
     result = {"controller": churn, "sizes": by_size}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

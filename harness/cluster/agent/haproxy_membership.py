@@ -26,6 +26,7 @@ import asyncio
 import functools
 import multiprocessing
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -285,6 +286,7 @@ async def _bench(size: int, rounds: int) -> dict:
         for process in (prober, replicas):
             process.kill()
             process.join()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _server_lines(path: str) -> int:
