@@ -9,6 +9,10 @@ HARNESS := $(PY) -m harness
 # asked of the harness, so it is the folder apply-patches wrote to.
 SITE = $(shell $(PY) -c 'from harness.core.venv import site_packages; print(site_packages())')
 PATCH_TESTS = $(SITE)/ray/serve/tests/unit
+# What needs the patched venv: the patches' tests, and the harness's tests
+# against the patched code (tests/patched, outside pytest's testpaths so that
+# `make unit-test` runs on a stock venv too).
+PATCHED_TESTS = tests/patched $(PATCH_TESTS)
 
 # GNU make exits 2 whenever a recipe fails, whatever code the recipe exited with: its
 # own status is only ever 0, 2, or 1 under -q (so its manual says, and GNU make 4.3 here
@@ -80,8 +84,8 @@ status: $(PY) ## list the harness's containers
 unit-test: $(PY) ## fast tests: harness logic, patch tooling (no Docker)
 	$(PY) -m pytest -m "not integration" -q
 
-patch-test: apply-patches ## the patches' own unit tests, in Ray's tree, against the patched venv
-	$(PY) -m pytest -q -p no:cacheprovider $(PATCH_TESTS)
+patch-test: apply-patches ## the patches' own unit tests, in Ray's tree, and the harness's tests of them, against the patched venv
+	$(PY) -m pytest -q -p no:cacheprovider $(PATCHED_TESTS)
 
 mutation-check: apply-patches ## remove each guarded piece of the push-health patches; a test must fail
 	@$(call harness_run,$(PY) -m harness.patches.mutation --site-packages $(SITE))
@@ -91,7 +95,7 @@ integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, 
 
 # pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
 test: mutation-check ## every test: mutation check, unit, the patches' tests, integration
-	@$(PY) -m pytest -s -v -p no:cacheprovider tests/unit $(PATCH_TESTS) tests/integration; rc=$$?; \
+	@$(PY) -m pytest -s -v -p no:cacheprovider tests/unit $(PATCHED_TESTS) tests/integration; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	  exit $$rc
 

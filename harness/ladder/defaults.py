@@ -72,6 +72,13 @@ ENV_KNOBS = {
     "RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S": EnvKnob(
         "haproxy_close_spread_s", "int", None, "ray/serve/_private/constants.py:816-818"
     ),
+    # On only when it is "1", the default; renders `option idle-close-on-response` (C).
+    "RAY_SERVE_ENABLE_HAPROXY_OPTIMIZED_CONFIG": EnvKnob(
+        "haproxy_idle_close_on_response",
+        "is-1",
+        1,
+        "ray/serve/_private/constants.py:788-790",
+    ),
     "RAY_SERVE_HAPROXY_TIMEOUT_CONNECT_S": EnvKnob(
         "haproxy_timeout_connect_s",
         "int>=0",

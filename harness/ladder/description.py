@@ -192,6 +192,9 @@ def _parse_env(doc: _Doc, name: str, node) -> float | None:
         return None
     if knob.parse == "any":
         return None
+    if knob.parse == "is-1":
+        # Ray compares the text with "1"; anything else is off, not an error.
+        return 1 if text == "1" else 0
     if knob.parse == "int-or-empty" and text == "":
         return None
     try:
@@ -258,6 +261,8 @@ def _env_fields(doc: _Doc, group: str, node) -> tuple[dict, list]:
             value, shown = None, "0 s = none"
         if knob.field == "port_quarantine_s" and value is None:
             shown = "hard-stop-after + 30"
+        if knob.parse == "is-1":
+            value, shown = bool(value), "on" if value else "off"
         values[knob.field] = value
         rows.append((name, shown, where))
     return values, rows

@@ -105,10 +105,16 @@ def _side(terms: list[Term]) -> tuple[str, float | None]:
 
 
 def _compare(lhs: list[Term], op: str, rhs: list[Term]) -> Check:
+    """One ordering's arithmetic. A limit that is not there ("none") is never
+    reached: the ordering holds when its larger side is unbounded, whatever the
+    smaller side is, and is violated when only the smaller side is."""
     left_text, left = _side(lhs)
     right_text, right = _side(rhs)
+    larger = right if op in ("<", "<=") else left
     if left is None or right is None:
         status = "unknown"
+    elif larger == math.inf:
+        status = "pass"
     else:
         status = "pass" if _OPS[op](left, right) else "fail"
     return Check(f"{left_text} {op} {right_text} -> {status.upper()}", status)
@@ -176,6 +182,10 @@ class Ladder:
     # close within 2 s of the reload, so a last request on one (26 s at most)
     # ends before the hard stop (C).
     haproxy_close_spread_s: int | None = 2
+    # RAY_SERVE_ENABLE_HAPROXY_OPTIMIZED_CONFIG (on by default), which renders
+    # `option idle-close-on-response`: a soft-stopped worker keeps an idle
+    # keep-alive connection for one last request instead of closing it (C).
+    haproxy_idle_close_on_response: bool = True
     haproxy_timeout_connect_s: int | None = RAY_TIMEOUT_CONNECT_DEFAULT_S
     haproxy_retries: int | None = None  # None: HAProxy's default
     min_draining_s: float = 30.0  # RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S
@@ -342,6 +352,10 @@ class Ladder:
         """A timeout where None means there is none."""
         return Term(label, math.inf if value is None else value)
 
+    def _haproxy_limit(self, value: float | None, label: str) -> Term:
+        """An HAProxy timeout: Ray renders 0 as `... 0s`, which HAProxy reads as none."""
+        return self._limit(value if value else None, label)
+
     def _margin(self) -> Term:
         return Term("margin", self.margin_s)
 
@@ -399,16 +413,18 @@ class Ladder:
     def _b(self) -> Ordering:
         request_timeout = self._limit(self.request_timeout_s, "request_timeout_s")
         check = _compare(
-            [request_timeout], "<", [self._limit(self.haproxy_timeout_server_s, "timeout server")]
+            [request_timeout],
+            "<",
+            [self._haproxy_limit(self.haproxy_timeout_server_s, "timeout server")],
         )
         notes: list[str] = []
-        if self.haproxy_timeout_server_s is None:
-            # 26 < infinity, but the ladder needs the rung: without it nothing on
-            # HAProxy's side ever gives up on a replica.
-            check = Check(f"{request_timeout.render()} < timeout server none -> FAIL", "fail")
+        if not self.haproxy_timeout_server_s:
+            # Nothing competes with the replica's 408 then, so B holds; what the
+            # missing rung costs is C's (a hard stop cuts what no timeout ends).
             notes.append(
                 "no HAProxy `timeout server` (RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S unset "
-                "or 0): a hung replica holds its HAProxy connection until it dies"
+                "or 0): nothing on HAProxy's side gives up on a hung replica, which "
+                "holds its connection until it dies or a hard stop cuts it (C)"
             )
         return Ordering(
             "B",
@@ -427,6 +443,10 @@ class Ladder:
         stop: nothing cuts that request."""
         if not self.haproxy_hard_stop_after_s:
             return None
+        if self.haproxy_close_spread_s is None and not self.haproxy_idle_close_on_response:
+            # Without `option idle-close-on-response` HAProxy closes idle
+            # connections at the soft stop itself.
+            return None
         if self.haproxy_close_spread_s is not None:
             window_s = self.haproxy_close_spread_s
             window = Term("close-spread-time", window_s)
@@ -443,10 +463,12 @@ class Ladder:
         return window
 
     def _c(self) -> Ordering:
-        hard_stop = self._limit(self.haproxy_hard_stop_after_s, "hard-stop-after")
+        hard_stop = self._haproxy_limit(self.haproxy_hard_stop_after_s, "hard-stop-after")
         checks = [
             _compare(
-                [self._limit(self.haproxy_timeout_server_s, "timeout server")], "<", [hard_stop]
+                [self._haproxy_limit(self.haproxy_timeout_server_s, "timeout server")],
+                "<",
+                [hard_stop],
             )
         ]
         notes: list[str] = []
@@ -488,11 +510,11 @@ class Ladder:
             "stops being reachable; a freed port stays out of use while one can",
             (
                 _compare(
-                    [self._limit(hard_stop, "hard-stop-after")],
+                    [self._haproxy_limit(hard_stop, "hard-stop-after")],
                     "<=",
                     [Term("MIN_DRAINING", self.min_draining_s)],
                 ),
-                _compare([q_term], ">", [self._limit(hard_stop, "hard-stop-after")]),
+                _compare([q_term], ">", [self._haproxy_limit(hard_stop, "hard-stop-after")]),
             ),
         )
 

@@ -76,19 +76,6 @@ def test_default_ladder_starts_nodes_with_only_the_ladder_vars():
     }
 
 
-def test_patched_force_kill_budget_equals_the_ladders_gst():
-    # Patch 0003: MIN + request timeout + wait loop + buffer, buffer = margin.
-    for ladder in (Ladder(), Ladder().scaled(0.5)):
-        env = ladder.node_env()
-        budget = (
-            float(env["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"])
-            + ladder.request_timeout_s
-            + ladder.deployment_options()["graceful_shutdown_wait_loop_s"]
-            + float(env["RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S"])
-        )
-        assert budget == ladder.deployment_options()["graceful_shutdown_timeout_s"]
-
-
 def test_a_factor_that_breaks_an_ordering_is_refused():
     # HAProxy's integer knobs collapse at a quarter: 7 s vs 7 s breaks C.
     with pytest.raises(HarnessError, match="C timeout server < hard-stop-after"):
@@ -133,8 +120,11 @@ def test_ray_defaults_example_fails_for_rays_defaults():
     result = check_file(EXAMPLES / "ray-2.60.0-defaults.yaml")
     text = result.render()
     assert result.exit_code == 1
-    for key in ("A", "B", "C", "D", "E[ingress]", "G"):
+    for key in ("A", "C", "D", "E[ingress]", "G"):
         assert _status(result, key) == "fail", key
+    # No server timeout and no request timeout: nothing competes with a 408, so
+    # B holds; the missing rung fails C, where a hard stop cuts what nothing ends.
+    assert _status(result, "B") == "pass"
     # hard-stop-after 120 s, Ray's default
     assert "hard-stop-after 120 <= MIN_DRAINING 30 -> FAIL" in text
     [(_, ladder)] = result.groups
@@ -266,8 +256,33 @@ def test_zero_timeout_server_means_none(tmp_path):
     text = MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S: "0"\n', 1)
     result = check_file(_write(tmp_path, text + "http_options: {request_timeout_s: 26}\n"))
     b = _ordering(result, "B")
-    assert b.checks[0].text == "request_timeout_s 26 < timeout server none -> FAIL"
-    assert b.status == "fail"
+    assert b.checks[0].text == "request_timeout_s 26 < timeout server none -> PASS"
+    assert b.status == "pass"
+    # ...and C, since the hard stop (Ray's 120 s) is then the only bound.
+    assert "timeout server none < hard-stop-after 120 -> FAIL" in [
+        c.text for c in _ordering(result, "C").checks
+    ]
+
+
+def test_zero_hard_stop_means_none_and_holds_what_it_would_cut(tmp_path):
+    text = MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S: "0"\n', 1)
+    result = check_file(_write(tmp_path, text))
+    # No hard stop cuts a request on a soft-stopped worker, with or without a
+    # server timeout; but nothing then retires the old workers (D).
+    assert _status(result, "C") == "pass"
+    assert "hard-stop-after none <= MIN_DRAINING 30 -> FAIL" in result.render()
+
+
+@pytest.mark.parametrize("value, idle_checked", [("1", True), ("0", False), ("yes", False)])
+def test_idle_connections_are_kept_only_with_the_optimized_config(tmp_path, value, idle_checked):
+    # Without close-spread-time, the optimized config's idle-close-on-response
+    # keeps an idle connection for one last request until the hard stop; Ray
+    # turns it on only for exactly "1", and without it HAProxy closes idle
+    # connections at the soft stop.
+    env = f'"1"\n    RAY_SERVE_ENABLE_HAPROXY_OPTIMIZED_CONFIG: "{value}"\n'
+    text = MINIMAL.replace('"1"\n', env, 1) + "http_options: {request_timeout_s: 26}\n"
+    c = _ordering(check_file(_write(tmp_path, text)), "C")
+    assert (len(c.checks) == 2) is idle_checked
 
 
 # ------------------------------------------------------------------ errors name the line
