@@ -4,6 +4,7 @@ needs, so `wheelhouse` runs before the venv exists."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -673,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
     log.set_verbosity(args.verbosity)
     # A SIGTERM (CI timeout, `kill`) unwinds like Ctrl-C, so cleanup code runs.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    # `kill -USR1 PID` prints every thread's stack to stderr and carries on:
+    # what a run that seems stuck is waiting for.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         args.func(args)
     except HarnessError as exc:

@@ -19,6 +19,21 @@ pytestmark = pytest.mark.integration
 NAME = "rayspot-interrupt"
 
 
+def _output_when_it_exits(proc, timeout_s: float = 120) -> str:
+    """The rest of an interrupted run's output once it has exited. One that
+    has not exited within `timeout_s` fails the test with its threads' stacks
+    (the CLI prints them on SIGUSR1) and what it printed, and is killed."""
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return out
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        out, _ = proc.communicate(timeout=30)
+        pytest.fail(f"still running {timeout_s:.0f} s after Ctrl-C; its stacks and output:\n{out}")
+
+
 # When to interrupt: a fixed time into the start (the network and the head are
 # being created), or a moment after a progress line (workers joining; the app
 # deploying). Progress lines, not fixed times, because how long each phase
@@ -55,8 +70,7 @@ def test_ctrl_c_during_up_leaves_nothing(patched_image, after_line, delay_s):
     time.sleep(delay_s)
     created = len(engine.labelled_containers(NAME))
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    out = "".join(seen) + out
+    out = "".join(seen) + _output_when_it_exits(proc)
     print(
         f"\ninterrupted {delay_s}s after {after_line or 'the start'!r} with {created} "
         f"containers up; exit {proc.returncode}"
@@ -85,8 +99,7 @@ def test_ctrl_c_during_a_scenario_leaves_nothing(patched_image):
     time.sleep(2)  # its priming requests sent, its pins in flight
     assert engine.labelled_containers("rayspot-stale"), "".join(seen)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    out = "".join(seen) + out
+    out = "".join(seen) + _output_when_it_exits(proc)
     assert engine.labelled_containers("rayspot-stale") == [], out
     assert engine.labelled_networks("rayspot-stale") == [], out
     assert proc.returncode == 130, out
