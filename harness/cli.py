@@ -675,8 +675,10 @@ def main(argv: list[str] | None = None) -> int:
     # A SIGTERM (CI timeout, `kill`) unwinds like Ctrl-C, so cleanup code runs.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     # `kill -USR1 PID` prints every thread's stack to stderr and carries on:
-    # what a run that seems stuck is waiting for.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # what a run that seems stuck is waiting for. (The process's own stderr:
+    # under pytest's capture, sys.stderr has no file descriptor.)
+    if sys.__stderr__ is not None:
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
         args.func(args)
     except HarnessError as exc:
