@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -393,6 +393,24 @@ def exec_in(container, cmd: list[str], *, check: bool = True) -> tuple[int, str]
             f"`{' '.join(cmd)}` failed in {container.name} (exit {code}):\n{text[-3000:]}"
         )
     return code, text
+
+
+def exec_lines(container, cmd: list[str]) -> Iterator[str]:
+    """Run a command inside a container and yield its output line by line as
+    it comes (stdout and stderr), until the command exits or the container
+    is removed."""
+    _, chunks = container.exec_run(cmd, stream=True, demux=False)
+    pending = b""
+    try:
+        for chunk in chunks:
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode(errors="replace")
+    except Exception as exc:  # the container went away under the stream
+        _log.debug("exec stream in %s ended: %s", container.name, exc)
+    if pending:
+        yield pending.decode(errors="replace")
 
 
 # ------------------------------------------------------------------ networks

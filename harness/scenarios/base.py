@@ -218,20 +218,37 @@ HEAD_PIDS = "head haproxy pids"  # observation: the head's HAProxy processes, wh
 
 
 async def watch_head_haproxy(
-    cluster: Cluster, history: History, stop: asyncio.Event, on_start=None, every_s: float = 0.25
+    cluster: Cluster, history: History, stop: asyncio.Event, on_start=None, every_s: float = 0.1
 ) -> None:
     """Observe the head's HAProxy processes whenever they change, until `stop`;
-    `on_start(now)` when a new one has appeared (a reload)."""
+    `on_start(now)` when a new one has appeared (a reload). One command in the
+    head looks every `every_s` and reports changes, each at the time it saw it."""
+    loop = asyncio.get_running_loop()
     seen: set[int] = set()
-    while not stop.is_set():
-        pids = set(await asyncio.to_thread(cluster.haproxy_pids, cluster.head))
-        now = time.time()
-        if pids != seen:
-            history.observe(HEAD_PIDS, sorted(pids), now, target="head")
-            if seen and pids - seen and on_start:
-                on_start(now)
-            seen = pids
-        await asyncio.sleep(every_s)
+
+    def changed(stamp: float, pids: set[int]) -> None:
+        nonlocal seen
+        if stop.is_set():
+            return
+        history.observe(HEAD_PIDS, sorted(pids), stamp, target="head")
+        if seen and pids - seen and on_start:
+            on_start(stamp)
+        seen = pids
+
+    def read(watch) -> None:
+        for stamp, pids in watch:
+            try:
+                loop.call_soon_threadsafe(changed, stamp, pids)
+            except RuntimeError:  # the run is over and its loop closed
+                return
+
+    watch = await asyncio.to_thread(cluster.watch_processes, cluster.head, "haproxy", every_s)
+    reader = threading.Thread(target=read, args=(watch,), daemon=True, name="head-haproxy-watch")
+    reader.start()
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.to_thread(watch.stop)
 
 
 def haproxy_starts(history: History) -> list[tuple[float, set[int]]]:
