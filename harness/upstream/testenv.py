@@ -11,12 +11,8 @@ installed is ever written to.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
-import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -28,7 +24,7 @@ from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, ROOT
 from harness.core.pin import RayRelease, check_installed
 from harness.core.proc import output_tail
-from harness.core.venv import python_in, site_packages
+from harness.core.venv import ensure_offline_venv, python_in, site_packages
 from harness.core.wheels import ensure_requirement_wheelhouse
 from harness.patches.overlay import serve_overlay
 from harness.patches.patch_files import patch_paths
@@ -36,7 +32,6 @@ from harness.patches.patch_files import patch_paths
 _log = log.get(__name__)
 
 TEST_VENVS_DIR = BUILD_DIR / "test-venvs"
-_COMPLETE = ".complete"
 # A hung test must not hang the command; the whole series' tests take seconds.
 _TEST_TIMEOUT_S = 900
 
@@ -89,56 +84,16 @@ def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
     requirement = _pytest_requirement()
     stamp = {"ray": release.version, "wheel_sha256": release.sha256, "pytest": requirement}
     venv = TEST_VENVS_DIR / f"ray-{release.version}"
-    marker = venv / _COMPLETE
-    if marker.is_file() and json.loads(marker.read_text()) == stamp:
-        return _env_of(venv)
     tools = ensure_requirement_wheelhouse(requirement)
     started = time.monotonic()
-    _log.info(
-        "test venv: installing Ray %s and %s offline into %s ...",
-        release.version,
-        requirement,
+    _log.info("test venv: Ray %s and %s in %s", release.version, requirement, venv)
+    ensure_offline_venv(
         venv,
+        [release.requirement, requirement],
+        [house, tools],
+        stamp,
+        verify=lambda built: check_installed(_env_of(built).site, release),
     )
-    TEST_VENVS_DIR.mkdir(parents=True, exist_ok=True)
-    # Built beside the final folder and renamed in, so a half-built venv is
-    # never mistaken for one. Only `bin/python -m ...` is ever run from it,
-    # which does not care that the folder was renamed.
-    partial = Path(tempfile.mkdtemp(prefix=f".ray-{release.version}.partial-", dir=TEST_VENVS_DIR))
-    try:
-        steps = [
-            [sys.executable, "-m", "venv", "--without-pip", str(partial)],
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "--python",
-                str(partial / "bin" / "python"),
-                "install",
-                "--quiet",
-                "--no-index",
-                "--find-links",
-                str(house),
-                "--find-links",
-                str(tools),
-                release.requirement,
-                requirement,
-            ],
-        ]
-        for cmd in steps:
-            result = proc.run(cmd)
-            if result.returncode != 0:
-                raise HarnessError(
-                    f"`{' '.join(cmd)}` failed:\n{output_tail(result)}\nNothing "
-                    f"was kept. Check the wheelhouse {house} and run again."
-                )
-        check_installed(_env_of(partial).site, release)
-        (partial / _COMPLETE).write_text(json.dumps(stamp) + "\n")
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    shutil.rmtree(venv, ignore_errors=True)
-    os.replace(partial, venv)
     log.progress(_log, "test venv: ready", started)
     return _env_of(venv)
 
