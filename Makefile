@@ -56,7 +56,7 @@ export-patches: $(PY) ## write build/ray-src's commits back to patches/ and patc
 check-patches: $(PY) ## fail unless patches/ is exactly what an export writes, from a workspace built afresh from the pinned wheel (needs no build/ray-src; for CI)
 	@$(call harness_run,$(HARNESS) patches export --check --fresh)
 
-.PHONY: pr-branches pr-body rebase-check
+.PHONY: pr-branches pr-body upstream-lint rebase-check
 pr-branches: $(PY) ## one stacked, tested branch per patch on a Ray checkout at the pin: make pr-branches RAY_SRC=path [FORCE=1]
 	@test -n "$(RAY_SRC)" || { echo "usage: make pr-branches RAY_SRC=/path/to/ray [FORCE=1] (a stand-in: python -m harness upstream standin)" >&2; exit 2; }
 	@$(call harness_run,$(HARNESS) upstream branches $(RAY_SRC) $(if $(FORCE),--force))
@@ -64,6 +64,9 @@ pr-branches: $(PY) ## one stacked, tested branch per patch on a Ray checkout at 
 pr-body: $(PY) ## a patch's PR description with the latest harness results: make pr-body PATCH=0001
 	@test -n "$(PATCH)" || { echo "usage: make pr-body PATCH=0001 (a number from patches/series)" >&2; exit 2; }
 	@$(HARNESS) upstream body $(PATCH) $(call harness_rc,$(HARNESS) upstream body $(PATCH))
+
+upstream-lint: $(PY) ## Ray's own lint over what the series adds or changes: ruff and black at Ray's pins, pydoclint (new violations), docstyle, the pytest trailer
+	@$(call harness_run,$(HARNESS) upstream lint)
 
 rebase-check: $(PY) ## does each patch apply to, and pass on, another release: make rebase-check RAY_VERSION=2.59.0
 	@test -n "$(RAY_VERSION)" || { echo "usage: make rebase-check RAY_VERSION=x.y.z (a release patches/PIN names)" >&2; exit 2; }

@@ -411,6 +411,17 @@ def cmd_upstream(args) -> None:
                 f"(see above); the branches were created. Fix the patch in "
                 f"the workspace, export it, and run again with --force."
             )
+    elif args.action == "lint":
+        from harness.upstream import lint
+
+        report = lint.lint_series(pinned_wheel, read_series())
+        print(report.format())
+        if not report.ok:
+            raise VerdictFailed(
+                "upstream lint: the series does not pass Ray's lint (the findings "
+                "are above). Fix them in the workspace (make workspace), export "
+                "(make export-patches) and run again. Nothing was changed."
+            )
     elif args.action == "rebase-check":
         house = wheels.ensure_wheelhouse(release)
         wheel = wheels.verify_ray_wheel(house, release)
@@ -625,6 +636,16 @@ def build_parser() -> argparse.ArgumentParser:
         "a patch does not apply or a test fails.",
     )
     c.add_argument("version", help="a release patches/PIN knows, e.g. 2.59.0")
+    upstream.add_parser(
+        "lint",
+        help="Ray's own lint (ruff, black, pydoclint, docstyle, the pytest trailer) over "
+        "every file the series adds or changes",
+        description="Apply the series to the pinned wheel's serve tree in a temporary "
+        "workspace and lint what it adds or changes as Ray's CI would: ruff and black at "
+        "Ray's pins and settings, pydoclint (only violations the pinned file does not "
+        "already have count), Ray's docstyle rule and the pytest trailer. Exit 1 on any "
+        "finding.",
+    )
     c = upstream.add_parser(
         "standin",
         help="a git repo standing in for a Ray checkout at the pin, built from the pinned wheel",
