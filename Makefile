@@ -96,11 +96,31 @@ mutation-check: apply-patches ## remove each guarded piece of the push-health pa
 integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, real HTTP
 	$(PY) -m pytest -m integration -s -v
 
+# make test in two stages. The mutation check, the unit tests and the patches' tests
+# are CPU work (~270 s here); the nemesis and smoke tests mostly wait on their
+# clusters (~35% of the two cores). So those two groups run side by side first, the
+# CPU group in the background into $(FAST_LOG) (printed whole if it failed). The
+# scenarios and the interrupt tests, whose timing is part of what they judge, run
+# after it on a quiet host: with the CPU group beside them too, a run flaked.
+# bash, since a background job of dash ignores SIGINT and so would every process
+# it starts (a Ctrl-C test among them); `trap - INT` gives the job Ctrl-C back.
 # pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
-test: mutation-check ## every test: mutation check, unit, the patches' tests, integration
-	@$(PY) -m pytest -s -v -p no:cacheprovider tests/unit $(PATCHED_TESTS) tests/integration; rc=$$?; \
+FAST_LOG := build/test-fast.log
+BESIDE_CPU_TESTS := tests/integration/test_nemesis.py tests/integration/test_smoke.py
+test: SHELL := /bin/bash
+test: apply-patches ## every test: mutation check, unit and the patches' tests beside nemesis and smoke, then the scenarios
+	@mkdir -p build; \
+	( trap - INT; $(MAKE) --no-print-directory mutation-check && \
+	  $(PY) -m pytest -v -p no:cacheprovider tests/unit $(PATCHED_TESTS) ) >$(FAST_LOG) 2>&1 & fast=$$!; \
+	$(PY) -m pytest -s -v -p no:cacheprovider $(BESIDE_CPU_TESTS); beside=$$?; \
+	wait $$fast; fast_rc=$$?; \
+	echo "make test: the mutation check, unit tests and the patches' tests ran alongside (log: $(FAST_LOG)):"; \
+	if [ $$fast_rc -eq 0 ]; then tail -n 3 $(FAST_LOG); else cat $(FAST_LOG); fi; \
+	$(PY) -m pytest -s -v -p no:cacheprovider tests/integration $(addprefix --ignore=,$(BESIDE_CPU_TESTS)); rest=$$?; \
+	for rc in $$fast_rc $$beside $$rest; do \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
-	  exit $$rc
+	  if [ $$rc -ne 0 ]; then exit $$rc; fi; \
+	done
 
 bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one run
 	@$(call harness_run,$(HARNESS) bench load)
