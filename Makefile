@@ -104,12 +104,14 @@ integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, 
 # after it on a quiet host: with the CPU group beside them too, a run flaked.
 # bash, since a background job of dash ignores SIGINT and so would every process
 # it starts (a Ctrl-C test among them); `trap - INT` gives the job Ctrl-C back.
+# pytest exits 2 when interrupted, not by the signal, so without `trap 'exit 130'
+# INT` the recipe would go on to the next stage after a Ctrl-C.
 # pytest exits 5 when it collected nothing: that is a broken suite, not a pass.
 FAST_LOG := build/test-fast.log
 BESIDE_CPU_TESTS := tests/integration/test_nemesis.py tests/integration/test_smoke.py
 test: SHELL := /bin/bash
 test: apply-patches ## every test: mutation check, unit and the patches' tests beside nemesis and smoke, then the scenarios
-	@mkdir -p build; \
+	@trap 'exit 130' INT; mkdir -p build; \
 	( trap - INT; $(MAKE) --no-print-directory mutation-check && \
 	  $(PY) -m pytest -v -p no:cacheprovider tests/unit $(PATCHED_TESTS) ) >$(FAST_LOG) 2>&1 & fast=$$!; \
 	$(PY) -m pytest -s -v -p no:cacheprovider $(BESIDE_CPU_TESTS); beside=$$?; \
