@@ -19,7 +19,10 @@ The traffic is membership_churn's: keep-alive clients straight to the head
 node's HAProxy, 40 requests a second, 5% of them 4 s long against
 hard-stop-after 3 s. The echo app goes from 12 replicas to 40 (past the 16
 slots and the 32 they double to) and, once all 40 run, back to 12; the run
-ends once the 28 removed replicas are gone. Reloads are counted as HAProxy
+ends once the 28 removed replicas are gone. `slots` sets the pool's initial
+size (RAY_SERVE_HAPROXY_MIN_SERVER_SLOTS): a smaller pool shows the same
+reloads with fewer replicas (3 -> 20 past 4 slots outgrows them about three
+times), which is how `make test` runs it. Reloads are counted as HAProxy
 processes that appear on the head (sampled every 0.25 s): with -sf each reload
 is a new process, in master-worker mode a new worker.
 """
@@ -55,6 +58,7 @@ from harness.scenarios.base import (
 _log = log.get(__name__)
 
 LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
+MIN_SERVER_SLOTS = "RAY_SERVE_HAPROXY_MIN_SERVER_SLOTS"  # 0005's initial pool size
 FAULT = "scale"  # the events' fault name: one start/end pair per change
 # Observation: per change, the replicas asked for and those alive once it settled.
 SETTLED = "replicas settled"
@@ -84,8 +88,11 @@ class SlotGrowth(Scenario[GrowthFacts]):
     name = "slot_growth"
     title = "One backend scaled past its server slots and back under keep-alive load"
 
-    def __init__(self, low: int = 12, high: int = 40, rate: float = 40.0) -> None:
+    def __init__(
+        self, low: int = 12, high: int = 40, rate: float = 40.0, slots: int | None = None
+    ) -> None:
         self.low, self.high, self.rate = low, high, rate
+        self.slots = slots  # the pool's initial size; None: 0005's default (16)
 
     runs_on = (STOCK, PATCHED)
 
@@ -103,13 +110,17 @@ class SlotGrowth(Scenario[GrowthFacts]):
             image=image_tag,
             name="rayspot-growth",
             workers=1,
-            env={**MEMBERSHIP_CHURN, **config.env},
+            env={**MEMBERSHIP_CHURN, **self._slots_env(), **config.env},
             worker_resources={"w": 10},
         )
         with Cluster(cluster_config) as cluster:
             cluster.deploy(_app(self.low))
             asyncio.run(self._scale(cluster, history))
         return history
+
+    def _slots_env(self) -> dict[str, str]:
+        """The node env that sizes the slot pool (read only where 0005's slots are on)."""
+        return {} if self.slots is None else {MIN_SERVER_SLOTS: str(self.slots)}
 
     async def _scale(self, cluster: Cluster, history: History) -> None:
         started = time.monotonic()
