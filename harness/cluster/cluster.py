@@ -489,9 +489,9 @@ class Cluster:
                             found.append((stamp, raw))
         return sorted(found)
 
-    def metric_total(self, name: str, node: Node | None = None) -> float:
-        """The sum over all label sets of a Prometheus metric a node exports
-        (needs `metrics_port`); e.g. a histogram's `_count`."""
+    def metric_samples(self, name: str, node: Node | None = None) -> list[Sample]:
+        """Every sample of a Prometheus metric a node exports (needs
+        `metrics_port`): its labels and value, one per label set."""
         node = node or self.head
         # A metrics agent exporting hundreds of replicas' metrics on a loaded
         # node can take a while to answer.
@@ -500,8 +500,12 @@ class Cluster:
             f"{self.config.metrics_port}/metrics',timeout=60).read().decode())"
         )
         _, text = self.exec_in(node, ["python", "-c", fetch])
-        pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
-        return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
+        return parse_samples(text, name)
+
+    def metric_total(self, name: str, node: Node | None = None) -> float:
+        """The sum over all label sets of a metric a node exports; e.g. a
+        histogram's `_count`."""
+        return sum(s.value for s in self.metric_samples(name, node))
 
     def process_cpu_s(self, node: Node, pid: int) -> float:
         """utime + stime of a process in a node, in seconds."""
@@ -571,6 +575,26 @@ class Cluster:
 
 
 _LOG_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
+
+
+@dataclass
+class Sample:
+    """One sample of a Prometheus metric: its labels and value."""
+
+    labels: dict[str, str]
+    value: float
+
+
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_samples(text: str, name: str) -> list[Sample]:
+    """The samples of metric `name` in a Prometheus text exposition."""
+    pattern = rf"^{re.escape(name)}(?:\{{(.*)\}})? ([0-9.e+-]+|NaN|[+-]Inf)$"
+    return [
+        Sample(dict(_LABEL.findall(m.group(1) or "")), float(m.group(2)))
+        for m in re.finditer(pattern, text, re.M)
+    ]
 
 
 def _log_time(line: str) -> float | None:

@@ -32,6 +32,9 @@ RUNTIME_SERVERS_MASTER_WORKER = {
 PUSH_HEALTH = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 # Ray exports its metrics every second, so a run reads counters that are current.
 FAST_METRICS = {"RAY_metrics_report_interval_ms": "1000"}
+# And the HAProxy manager reads its counters (reloads, membership updates,
+# slots) every second for that export.
+FAST_HAPROXY_METRICS = {**FAST_METRICS, "RAY_SERVE_HAPROXY_METRICS_REPORT_INTERVAL_S": "1"}
 
 # Membership churn's nodes: an old HAProxy worker is hard-stopped 3 s after a
 # reload (sooner than the churn's 4 s requests end), and a removed replica

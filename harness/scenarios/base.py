@@ -260,6 +260,45 @@ def haproxy_starts(history: History) -> list[tuple[float, set[int]]]:
     ]
 
 
+# Observation: the head's HAProxy counters, as the HAProxy manager exports them
+# (patched images): reloads by cause and outcome, and replica membership
+# updates applied over the admin socket. Read before and after a change, with
+# target BEFORE or AFTER; their difference is what the change cost.
+HAPROXY_COUNTERS = "haproxy counters"
+BEFORE, AFTER = "before", "after"
+_RELOADS_METRIC = "ray_serve_haproxy_reloads_total"
+_UPDATES_METRIC = "ray_serve_haproxy_membership_updates_total"
+MEMBERSHIP_UPDATES = "membership updates"
+# The manager's poll and Ray's export, once a second each with
+# configs.FAST_HAPROXY_METRICS, and a second of slack.
+_HAPROXY_METRICS_LAG_S = 3.0
+
+
+def observe_haproxy_counters(cluster: Cluster, history: History, target: str) -> None:
+    """Record the head's HAProxy counters once what happened so far is exported."""
+    time.sleep(_HAPROXY_METRICS_LAG_S)
+    counters = {
+        f"{s.labels.get('cause')} reloads, {s.labels.get('outcome')}": s.value
+        for s in cluster.metric_samples(_RELOADS_METRIC)
+    }
+    counters[MEMBERSHIP_UPDATES] = cluster.metric_total(_UPDATES_METRIC)
+    history.observe(HAPROXY_COUNTERS, counters, time.time(), target=target)
+
+
+def haproxy_counted(config: RunConfig, history: History) -> str:
+    """What the head's HAProxy manager counted between the BEFORE and AFTER
+    reads, as a report row."""
+    if config.image.flavor == "stock":
+        return "nothing: stock Ray exports no such counters"
+    reads = {e.target: e.detail["value"] for e in history.observed(HAPROXY_COUNTERS)}
+    if BEFORE not in reads or AFTER not in reads:
+        return "not recorded"
+    before, after = reads[BEFORE], reads[AFTER]
+    counted = {key: after[key] - before.get(key, 0) for key in sorted(after)}
+    shown = [f"{key} {n:.0f}" for key, n in counted.items() if n]
+    return "; ".join(shown) or "none"
+
+
 def observe_log_lines(
     history: History,
     cluster: Cluster,

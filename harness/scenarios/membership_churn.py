@@ -30,11 +30,27 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER, MEMBERSHIP_CHURN, RunConfig
+from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
+from harness.experiment.configs import (
+    DYNAMIC_MEMBERSHIP_MASTER_WORKER,
+    FAST_HAPROXY_METRICS,
+    MEMBERSHIP_CHURN,
+    RunConfig,
+)
 from harness.experiment.history import Event, History
 from harness.experiment.load import LoadSpec, Mix, open_loop
-from harness.scenarios.base import PATCHED, STOCK, Facts, ImageRun, Scenario, fact
+from harness.scenarios.base import (
+    AFTER,
+    BEFORE,
+    PATCHED,
+    STOCK,
+    Facts,
+    ImageRun,
+    Scenario,
+    fact,
+    haproxy_counted,
+    observe_haproxy_counters,
+)
 
 LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
 # Observations: the head's HAProxy pids before the churn and every 0.5 s during
@@ -74,6 +90,7 @@ class ChurnFacts(Facts):
     idle_ticks: int = fact("seconds with no settled app to change")
     started: int = fact("HAProxy processes started on the head")
     reloads_per_change: float = fact("reloads per change")
+    counted: str = fact("counted by the head's HAProxy manager during the churn")
 
 
 class MembershipChurn(Scenario[ChurnFacts]):
@@ -106,13 +123,16 @@ class MembershipChurn(Scenario[ChurnFacts]):
             image=image_tag,
             name="rayspot-churn",
             workers=1,
-            env={**MEMBERSHIP_CHURN, **config.env},
+            env={**MEMBERSHIP_CHURN, **FAST_HAPROXY_METRICS, **config.env},
             worker_resources={"w": 10},
+            metrics_port=METRICS_PORT,
         )
         with Cluster(cluster_config) as cluster:
             cluster.deploy(_apps(LOW))
+            observe_haproxy_counters(cluster, history, BEFORE)
             history.observe(PIDS_BEFORE, sorted(cluster.haproxy_pids(cluster.head)), time.time())
             asyncio.run(self._churn(cluster, history))
+            observe_haproxy_counters(cluster, history, AFTER)
         return history
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[ChurnFacts]:
@@ -126,6 +146,7 @@ class MembershipChurn(Scenario[ChurnFacts]):
             idle_ticks=churn["idle_ticks"],
             started=len(started),
             reloads_per_change=round(len(started) / max(len(changes), 1), 2),
+            counted=haproxy_counted(config, history),
         )
         return ImageRun(config.label, history, facts, config)
 

@@ -34,10 +34,11 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
 from harness.core import log
 from harness.experiment.configs import (
     DYNAMIC_MEMBERSHIP_MASTER_WORKER,
+    FAST_HAPROXY_METRICS,
     MEMBERSHIP_CHURN,
     RUNTIME_SERVERS_MASTER_WORKER,
     RunConfig,
@@ -45,13 +46,17 @@ from harness.experiment.configs import (
 from harness.experiment.history import Event, History
 from harness.experiment.load import LoadSpec, Mix, open_loop
 from harness.scenarios.base import (
+    AFTER,
+    BEFORE,
     PATCHED,
     STOCK,
     Facts,
     ImageRun,
     Scenario,
     fact,
+    haproxy_counted,
     haproxy_starts,
+    observe_haproxy_counters,
     watch_head_haproxy,
 )
 
@@ -82,6 +87,7 @@ def _app(replicas: int) -> dict:
 class GrowthFacts(Facts):
     changes: str = fact("replica changes")  # "12 -> 40 in 41 s, 40 -> 12 in 9 s"
     started: int = fact("HAProxy processes started on the head")
+    counted: str = fact("counted by the head's HAProxy manager while scaling")
 
 
 class SlotGrowth(Scenario[GrowthFacts]):
@@ -110,12 +116,15 @@ class SlotGrowth(Scenario[GrowthFacts]):
             image=image_tag,
             name="rayspot-growth",
             workers=1,
-            env={**MEMBERSHIP_CHURN, **self._slots_env(), **config.env},
+            env={**MEMBERSHIP_CHURN, **FAST_HAPROXY_METRICS, **self._slots_env(), **config.env},
             worker_resources={"w": 10},
+            metrics_port=METRICS_PORT,
         )
         with Cluster(cluster_config) as cluster:
             cluster.deploy(_app(self.low))
+            observe_haproxy_counters(cluster, history, BEFORE)
             asyncio.run(self._scale(cluster, history))
+            observe_haproxy_counters(cluster, history, AFTER)
         return history
 
     def _slots_env(self) -> dict[str, str]:
@@ -177,7 +186,9 @@ class SlotGrowth(Scenario[GrowthFacts]):
             for label, at in starts.items()
         )
         facts = GrowthFacts(
-            changes=changes, started=sum(len(p) for _, p in haproxy_starts(history))
+            changes=changes,
+            started=sum(len(p) for _, p in haproxy_starts(history)),
+            counted=haproxy_counted(config, history),
         )
         checks = [
             (

@@ -1,6 +1,7 @@
 """A cluster's names, labels and port, and the order of its start-up, with the
 engine's calls faked: no Docker. Two runs of one cluster name must not collide,
-and a run removes only what it made."""
+and a run removes only what it made. Also how a node's exported metrics are
+read, with their labels."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.cluster import engine, frontlb, runs
-from harness.cluster.cluster import RAY_STARTED, Cluster, ClusterConfig
+from harness.cluster.cluster import RAY_STARTED, Cluster, ClusterConfig, parse_samples
 from harness.core.errors import HarnessError
 
 
@@ -189,3 +190,25 @@ def test_down_removes_this_run_only(fake):
 def test_a_detached_cluster_says_so_on_everything(fake):
     Cluster(ClusterConfig(image="img", workers=0, detached=True)).up()
     assert all(c["labels"][engine.DETACHED_LABEL] == "1" for c in fake.created())
+
+
+def test_metric_samples_are_read_with_their_labels():
+    text = "\n".join(
+        [
+            "# HELP ray_serve_haproxy_reloads_total HAProxy reloads",
+            "# TYPE ray_serve_haproxy_reloads_total counter",
+            'ray_serve_haproxy_reloads_total{cause="update",node_id="n1",outcome="ok"} 51.0',
+            'ray_serve_haproxy_reloads_total{cause="slot_growth",outcome="ok"} 2.0',
+            "ray_serve_haproxy_reloads_total_created 1.7e9",
+            "ray_serve_haproxy_membership_updates_total 89.0",
+        ]
+    )
+    samples = parse_samples(text, "ray_serve_haproxy_reloads_total")
+    assert [(s.labels, s.value) for s in samples] == [
+        ({"cause": "update", "node_id": "n1", "outcome": "ok"}, 51.0),
+        ({"cause": "slot_growth", "outcome": "ok"}, 2.0),
+    ]
+    assert [s.value for s in parse_samples(text, "ray_serve_haproxy_membership_updates_total")] == [
+        89.0
+    ]
+    assert parse_samples(text, "ray_serve_absent_total") == []
