@@ -62,6 +62,7 @@ IDLE_STAGGER_S = 0.4  # and the next ones, this much apart
 # Observation: the moment the idle connections' streams were due from.
 IDLE_FROM = "idle streams due from"
 LOOP, IDLE, PRIME = "stream loop", "idle stream", "prime"  # request kinds
+CHUNK_S = 0.2  # the echo app's stream sends a chunk this often
 
 
 @dataclass
@@ -82,12 +83,15 @@ class StreamingDrain(Scenario[StreamingFacts]):
         idle: int = 8,
         rate: float = 10.0,
         dynamic: bool = True,
+        margin_s: float = 1.0,
     ) -> None:
         self.ladder = Ladder().scaled(scale)
         self.scale, self.loops, self.idle, self.rate = scale, loops, idle, rate
         self.dynamic = dynamic  # also run the patched image with dynamic membership
-        # Long, but inside the request timeout: 0.2 s per chunk.
-        self.chunks = int(self.ladder.known_request_timeout_s / 0.2) - 5
+        # Long, but `margin_s` inside the request timeout: on a busy host (two
+        # runs at once) a stream takes longer than its chunks' sum.
+        self.margin_s = margin_s
+        self.chunks = round((self.ladder.known_request_timeout_s - margin_s) / CHUNK_S)
 
     runs_on = (STOCK, PATCHED)
 
@@ -147,7 +151,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
                     stream,
                     timeout_s,
                     stop,
-                    i * self.chunks * 0.2 / self.loops,
+                    i * self.chunks * CHUNK_S / self.loops,
                 )
             )
             for i in range(self.loops)
