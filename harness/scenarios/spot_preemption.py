@@ -19,13 +19,24 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs
-from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
-from harness.experiment.configs import RunConfig
+from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.experiment.configs import FAST_HAPROXY_METRICS, RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop
 from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
-from harness.scenarios.base import Facts, ImageRun, Scenario, fact, logged, observe_log_lines
+from harness.scenarios.base import (
+    AFTER,
+    BEFORE,
+    Facts,
+    ImageRun,
+    Scenario,
+    fact,
+    haproxy_counted,
+    logged,
+    observe_haproxy_counters,
+    observe_log_lines,
+)
 
 PREEMPTED = "AUTOSCALER_DRAIN_PREEMPTED"
 LEAD_S = 5.0  # steady load before the notice
@@ -57,6 +68,7 @@ class SpotFacts(Facts):
     death: dict | None = fact("death")  # the GCS's record of the node, None if not dead in time
     # (event, when it happened or None if not seen), from the notice to the kill
     timeline: list[tuple[str, float | None]] = fact("timeline")
+    counted: str = fact("counted by the head's HAProxy manager during the preemption")
 
     def listed(self) -> dict:
         # report.md tables the timeline of every run side by side instead.
@@ -78,8 +90,9 @@ class SpotPreemption(Scenario[SpotFacts]):
             image=image_tag,
             name="rayspot-spot",
             workers=2,
-            env={**ladder.node_env(), **config.env},
+            env={**ladder.node_env(), **FAST_HAPROXY_METRICS, **config.env},
             worker_resources={"w": 10},
+            metrics_port=METRICS_PORT,
         )
         app = appconfigs.deploy_config(
             appconfigs.echo_app(
@@ -102,7 +115,9 @@ class SpotPreemption(Scenario[SpotFacts]):
                 {"name": target.name, "node_id": target_id, "replicas": replicas},
                 time.time(),
             )
+            observe_haproxy_counters(cluster, history, BEFORE)
             outcome, first_503 = asyncio.run(self._experiment(cluster, target, history))
+            observe_haproxy_counters(cluster, history, AFTER)
             history.observe(PREEMPTION, outcome, outcome["killed"])
             history.observe(FIRST_UNHEALTHY, first_503, first_503 or time.time())
             history.observe(DEATH, _wait_for_death(cluster, target_id), time.time())
@@ -194,7 +209,12 @@ class SpotPreemption(Scenario[SpotFacts]):
                 killed,
             )
         )
-        facts = SpotFacts(ladder=history.meta["ladder"], death=death, timeline=rows)
+        facts = SpotFacts(
+            ladder=history.meta["ladder"],
+            death=death,
+            timeline=rows,
+            counted=haproxy_counted(config, history),
+        )
         return ImageRun(config.label, history, facts, config, checks=checks)
 
     def sections(self, runs: dict[str, ImageRun[SpotFacts]]) -> dict[str, str]:
