@@ -43,7 +43,7 @@ import time
 import tracemalloc
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
+from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node, parse_samples
 from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
@@ -104,14 +104,19 @@ def _save(partial: dict) -> None:
 
 
 def _counters(cluster: Cluster, pid: int) -> dict:
-    return {
-        "cpu_s": cluster.process_cpu_s(cluster.head, pid),
-        "time": time.monotonic(),
-        "probes": cluster.metric_total(PROBES),
-        "batches": cluster.metric_total(BATCHES),
-        "reports": cluster.metric_total(REPORTS),
-        "deferred": cluster.metric_total(DEFERRED),
+    cpu_s, now = cluster.process_cpu_s(cluster.head, pid), time.monotonic()
+    # One fetch for all four counters: on a loaded node a fetch can take seconds.
+    text = cluster.metrics_text()
+    totals = {
+        key: sum(s.value for s in parse_samples(text, name))
+        for key, name in (
+            ("probes", PROBES),
+            ("batches", BATCHES),
+            ("reports", REPORTS),
+            ("deferred", DEFERRED),
+        )
     }
+    return {"cpu_s": cpu_s, "time": now, **totals}
 
 
 def _window(cluster: Cluster, pid: int, window_s: float) -> dict:

@@ -489,9 +489,9 @@ class Cluster:
                             found.append((stamp, raw))
         return sorted(found)
 
-    def metric_samples(self, name: str, node: Node | None = None) -> list[Sample]:
-        """Every sample of a Prometheus metric a node exports (needs
-        `metrics_port`): its labels and value, one per label set."""
+    def metrics_text(self, node: Node | None = None) -> str:
+        """Everything a node's metrics agent exports, as Prometheus text (needs
+        `metrics_port`); read several metrics from one fetch with `parse_samples`."""
         node = node or self.head
         # A metrics agent exporting hundreds of replicas' metrics on a loaded
         # node can take a while to answer.
@@ -500,7 +500,12 @@ class Cluster:
             f"{self.config.metrics_port}/metrics',timeout=60).read().decode())"
         )
         _, text = self.exec_in(node, ["python", "-c", fetch])
-        return parse_samples(text, name)
+        return text
+
+    def metric_samples(self, name: str, node: Node | None = None) -> list[Sample]:
+        """Every sample of a metric a node exports: its labels and value, one
+        per label set."""
+        return parse_samples(self.metrics_text(node), name)
 
     def metric_total(self, name: str, node: Node | None = None) -> float:
         """The sum over all label sets of a metric a node exports; e.g. a

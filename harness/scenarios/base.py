@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from harness.cluster import images, runs
-from harness.cluster.cluster import Cluster, Node
+from harness.cluster.cluster import Cluster, Node, parse_samples
 from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
@@ -277,11 +277,12 @@ _HAPROXY_METRICS_LAG_S = 3.0
 def observe_haproxy_counters(cluster: Cluster, history: History, target: str) -> None:
     """Record the head's HAProxy counters once what happened so far is exported."""
     time.sleep(_HAPROXY_METRICS_LAG_S)
+    text = cluster.metrics_text()
     counters = {
         f"{s.labels.get('cause')} reloads, {s.labels.get('outcome')}": s.value
-        for s in cluster.metric_samples(_RELOADS_METRIC)
+        for s in parse_samples(text, _RELOADS_METRIC)
     }
-    counters[MEMBERSHIP_UPDATES] = cluster.metric_total(_UPDATES_METRIC)
+    counters[MEMBERSHIP_UPDATES] = sum(s.value for s in parse_samples(text, _UPDATES_METRIC))
     history.observe(HAPROXY_COUNTERS, counters, time.time(), target=target)
 
 
