@@ -229,16 +229,18 @@ class DrainWindowAdmission(StaleWorkerDrain):
     """drain_window_admission (ordering E): the same event, but the
     long requests arrive on the stale connections inside the drain window
     (STOP + ~3.5 s, window 5 s), where the stopping replica still admits them.
-    They need 8 s, so they outlive the force-kill at the floor STOP + 10 s
-    (MIN_DRAINING + SHUTDOWN_BUFFER_S): stock 2.60.0 cuts the ones the old
-    worker sends to the stopping replica. With the ordering-E patch and a
-    request timeout of 10 s, the budget is MIN + 10 s + the wait loop + a
+    They need 12 s, so they outlive the force-kill at the floor STOP + 10 s
+    (MIN_DRAINING + SHUTDOWN_BUFFER_S) by ~5 s: stock 2.60.0 cuts the ones the
+    old worker sends to the stopping replica. (With 8 s they ended only ~1 s
+    after the kill, and a controller slow to kill on a loaded host let them
+    finish: the bug went unreproduced.) With the ordering-E patch and a
+    request timeout of 15 s, the budget is MIN + 15 s + the wait loop + a
     margin, which covers them.
     """
 
     name = "drain_window_admission"
     title = "Long requests admitted inside the drain window (ordering E)"
-    request_timeout_s = 10.0
+    request_timeout_s = 15.0
 
     def __init__(
         self,
@@ -247,7 +249,7 @@ class DrainWindowAdmission(StaleWorkerDrain):
         pins: int = 4,
         controls: int = 5,
         send_after_s: float = 2.5,
-        late_sleep_s: float = 8.0,
+        late_sleep_s: float = 12.0,
     ) -> None:
         super().__init__(events, stale, pins, controls, send_after_s, late_sleep_s)
 
