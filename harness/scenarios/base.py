@@ -300,6 +300,82 @@ def haproxy_counted(config: RunConfig, history: History) -> str:
     return "; ".join(shown) or "none"
 
 
+# Observation: how the controller saw its replicas stop (patched images): the
+# replicas it force-killed at the shutdown deadline, and for the others when
+# each drain phase ended, as the replica measured it. Ray exports a histogram's
+# sum from its buckets, not from the values, so the phases are kept as
+# cumulative bucket counts ("<phase> le <ms>") and shown as the bucket range.
+SHUTDOWN_COUNTERS = "replica shutdown counters"
+FORCE_KILLS = "force-kills"
+REJECTED = "rejected requests"
+_FORCE_KILLS_METRIC = "ray_serve_replica_force_kills_total"
+_REJECTED_METRIC = "ray_serve_replica_shutdown_rejected_requests_total"
+_PHASE_BUCKETS = "ray_serve_replica_shutdown_phase_ms_bucket"
+_SHUTDOWN_PHASES = ("listener_closed", "requests_drained")
+
+
+def _shutdown_counters(text: str) -> dict[str, float]:
+    counters = {
+        FORCE_KILLS: sum(s.value for s in parse_samples(text, _FORCE_KILLS_METRIC)),
+        REJECTED: sum(s.value for s in parse_samples(text, _REJECTED_METRIC)),
+    }
+    for sample in parse_samples(text, _PHASE_BUCKETS):
+        key = f"{sample.labels.get('phase')} le {sample.labels.get('le')}"
+        counters[key] = counters.get(key, 0.0) + sample.value
+    return counters
+
+
+def _phase_range(counters: dict[str, float], phase: str) -> str | None:
+    """'<n> in <lo>-<hi> s': the bucket range holding all of a phase's
+    observations, or None if there are none."""
+    prefix = f"{phase} le "
+    buckets = sorted(
+        (float(key.removeprefix(prefix)), n)
+        for key, n in counters.items()
+        if key.startswith(prefix)
+    )
+    total = buckets[-1][1] if buckets else 0.0
+    if not total:
+        return None
+    below = max((le for le, n in buckets if n == 0), default=0.0)
+    within = min(le for le, n in buckets if n == total)
+    return f"{total:.0f} in {below / 1000:g}-{within / 1000:g} s"
+
+
+def observe_shutdown_counters(
+    cluster: Cluster, history: History, stopped: int, timeout_s: float = 60.0
+) -> None:
+    """Record the controller's replica-shutdown metrics once `stopped` replicas
+    are accounted for (force-killed, or drained and reported), or at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        counters = _shutdown_counters(cluster.metrics_text())
+        drained = counters.get("requests_drained le +Inf", 0.0)
+        if counters[FORCE_KILLS] + drained >= stopped or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    history.observe(SHUTDOWN_COUNTERS, counters, time.time(), target="head")
+
+
+def shutdowns_counted(config: RunConfig, history: History) -> str:
+    """The controller's replica-shutdown metrics as a report row: force-kills,
+    and when each drain phase ended, from the start of the shutdown."""
+    if config.image.flavor == "stock":
+        return "nothing: stock Ray exports no such metrics"
+    reads = [e.detail["value"] for e in history.observed(SHUTDOWN_COUNTERS)]
+    if not reads:
+        return "not recorded"
+    counters = reads[-1]
+    shown = [f"{counters[FORCE_KILLS]:.0f} force-killed"]
+    for phase in _SHUTDOWN_PHASES:
+        ended = _phase_range(counters, phase)
+        if ended:
+            shown.append(f"{phase.replace('_', ' ')}: {ended}")
+    if counters[REJECTED]:
+        shown.append(f"{counters[REJECTED]:.0f} requests rejected after the drain")
+    return "; ".join(shown)
+
+
 def observe_log_lines(
     history: History,
     cluster: Cluster,

@@ -28,9 +28,9 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs
-from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
 from harness.core import log
-from harness.experiment.configs import RunConfig
+from harness.experiment.configs import FAST_METRICS, RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
 from harness.scenarios.base import (
@@ -42,6 +42,8 @@ from harness.scenarios.base import (
     fact,
     logged,
     observe_log_lines,
+    observe_shutdown_counters,
+    shutdowns_counted,
 )
 
 _log = log.get(__name__)
@@ -51,6 +53,7 @@ STOPPING = "Stopping Replica("  # the controller's log line when a replica start
 PINS = "pin outcomes"  # observation: each event's pins, by error class
 LATE_SENT = "late requests sent"
 ENV = {
+    **FAST_METRICS,
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": f"{MIN_DRAINING_S:g}",
     # Old workers must outlive the event with their idle connections intact.
     "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": "60",
@@ -84,6 +87,7 @@ class StaleFacts(Facts):
     failed_per_event: list[int] = fact("failed stale requests per event")
     late_sent_at: list[str] = fact("late requests sent at STOP +")  # "6.21 s", "?": no stop seen
     pins_severed: list[int] = fact("pins severed per event (expected on every version)")
+    shutdowns: str = fact("replica shutdowns, as the controller counted them")
 
 
 class StaleWorkerDrain(Scenario[StaleFacts]):
@@ -111,6 +115,7 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
             workers=1,
             env={**ENV, **config.env},
             worker_resources={"w": 10},
+            metrics_port=METRICS_PORT,
         )
         started = time.monotonic()
         with Cluster(cluster_config) as cluster:
@@ -121,6 +126,9 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
                 )
                 asyncio.run(self._event(cluster, history, number))
             observe_log_lines(history, cluster, cluster.head, [STOPPING], "head")
+            if config.image.flavor != "stock":
+                # One replica stops in each event.
+                observe_shutdown_counters(cluster, history, stopped=self.events)
         return history
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[StaleFacts]:
@@ -133,6 +141,7 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
                 sum(1 for error in e.detail["value"]["done"] if error)
                 for e in history.observed(PINS)
             ],
+            shutdowns=shutdowns_counted(config, history),
         )
         return ImageRun(config.label, history, facts, config)
 

@@ -185,10 +185,16 @@ def test_a_history_saved_without_its_configuration_is_known_by_its_label():
 
 
 def test_facts_are_report_rows_under_their_names_in_field_order():
-    facts = StaleFacts(failed_per_event=[3, 0], late_sent_at=["6.21 s", "?"], pins_severed=[4, 4])
+    facts = StaleFacts(
+        failed_per_event=[3, 0],
+        late_sent_at=["6.21 s", "?"],
+        pins_severed=[4, 4],
+        shutdowns="0 force-killed",
+    )
     assert facts.rows() == {
         "failed stale requests per event": [3, 0],
         "late requests sent at STOP +": ["6.21 s", "?"],
         "pins severed per event (expected on every version)": [4, 4],
+        "replica shutdowns, as the controller counted them": "0 force-killed",
     }
     assert list(facts.rows()) == list(facts.listed())
