@@ -1,8 +1,10 @@
-# The patch layer: the pinned wheel's ray/serve tree with the series applied on
-# the host (by harness/patchset.py, the same code `make apply-patches` runs),
-# copied over the installed one. Editing a patch rebuilds only this layer.
+# The patch layer: the files of the pinned wheel the series changes (Serve's
+# tree and its Grafana panels), with the series applied on the host (by the same
+# code `make apply-patches` runs), copied over the installed ones. Serve's tree
+# is replaced whole, so a file a patch deletes is gone. Editing a patch rebuilds
+# only this layer.
 ARG RAY_IMAGE
 FROM ${RAY_IMAGE}
-ARG SERVE_DIR=/opt/ray/lib/python3.11/site-packages/ray/serve
-RUN rm -rf ${SERVE_DIR}
-COPY serve ${SERVE_DIR}
+ARG SITE_DIR=/opt/ray/lib/python3.11/site-packages
+RUN rm -rf ${SITE_DIR}/ray/serve
+COPY ray ${SITE_DIR}/ray

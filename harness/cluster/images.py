@@ -3,7 +3,8 @@
     base   Debian bookworm with Python 3.11: pulled where a registry answers,
            bootstrapped with debootstrap from the host's own apt mirror where not
     ray    one Ray release installed offline from the host-side wheelhouse
-    patch  the pinned ray/serve tree with the series applied (patched images only)
+    patch  the pinned wheel's files the series changes, with the series applied
+           (patched images only)
 
 Each tag carries a hash of exactly the inputs of its layer, so an unchanged
 input is never rebuilt, and editing a patch rebuilds only the patch layer.
@@ -26,7 +27,7 @@ from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, DOCKER_DIR
 from harness.core.pin import Pin, load_pin, read_series
 from harness.patches.installed import apply_to_site_packages
-from harness.patches.workspace import extract_from_wheel
+from harness.patches.workspace import TREE_PREFIXES, extract_from_wheel
 
 _log = log.get(__name__)
 
@@ -266,19 +267,22 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
         with _context(f"patch-{spec}") as ctx:
             shutil.copy(DOCKER_DIR / "patch.Dockerfile", ctx / "Dockerfile")
             wheel = wheels.verify_ray_wheel(wheels.wheelhouse_for(pin.ray), pin.ray)
-            patched_serve_tree(wheel, patches, pin, ctx / "serve")
+            patched_tree(wheel, patches, pin, ctx / "ray")
             engine.build_image(ctx, tag, {"RAY_IMAGE": ray_tag}, f"image {spec}")
     log.progress(_log, f"image {spec}: {tag} built", started)
     return tag
 
 
-def patched_serve_tree(wheel: Path, patches: list[Path], pin: Pin, dest: Path) -> None:
-    """The wheel's ray/serve with the series applied, by the same code and the same
-    all-or-nothing checks as `make apply-patches`."""
+def patched_tree(wheel: Path, patches: list[Path], pin: Pin, dest: Path) -> None:
+    """`dest`: a `ray` folder holding the wheel's files the series may change,
+    with the series applied by the same code and the same all-or-nothing checks
+    as `make apply-patches`."""
     site = dest.parent / "site"
-    extract_from_wheel(wheel, site, ["ray/_version.py", "ray/serve/"])
+    # The apply reads the version it checks against the pin from _version.py.
+    extract_from_wheel(wheel, site, ["ray/_version.py", *TREE_PREFIXES])
     apply_to_site_packages(site, patches, pin.ray)
-    (site / "ray" / "serve").rename(dest)
+    (site / "ray" / "_version.py").unlink()
+    (site / "ray").rename(dest)
     shutil.rmtree(site)
 
 

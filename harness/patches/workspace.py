@@ -1,5 +1,6 @@
 """The `build/ray-src` workspace the series is edited in: `build_workspace`
-imports the pinned wheel's serve tree as a commit tagged `base` and the series
+imports the files of the pinned wheel the series may change (Serve's tree and
+its Grafana panels) as a commit tagged `base` and the series
 on top as one commit per patch; `export_workspace` writes base..HEAD back to
 patches/ as byte-stable `git format-patch` files and rewrites the series;
 `export_differences` says, writing nothing, what such an export would change.
@@ -35,11 +36,16 @@ from harness.patches.patch_files import SOURCE_ROOT, failed_patch, patch_subject
 BASE_TAG = "base"
 # Where the serve tree is inside the wheel (and inside site-packages).
 SERVE_PREFIX = "ray/serve/"
+# Serve's Grafana panels live in the dashboard's package; the series adds panels
+# for the metrics it adds.
+SERVE_PANELS = "ray/dashboard/modules/metrics/dashboards/serve_dashboard_panels.py"
+# Every file of the wheel the series may change, by path prefix.
+TREE_PREFIXES = (SERVE_PREFIX, SERVE_PANELS)
 # The series file is rewritten beside itself and renamed into place.
 _TMP_SUFFIX = ".ray-patches-tmp"
 
 
-def extract_from_wheel(wheel: Path, root: Path, prefixes: Sequence[str] = (SERVE_PREFIX,)) -> int:
+def extract_from_wheel(wheel: Path, root: Path, prefixes: Sequence[str] = TREE_PREFIXES) -> int:
     """Write the wheel's files whose names start with one of `prefixes` under
     `root`, keeping their wheel paths (`ray/serve/...`); returns the file count.
 
@@ -191,8 +197,9 @@ def _check_workspace_disposable(workspace: Path, patches: Sequence[Path]) -> Non
 
 
 def build_workspace(wheel: Path, patches: list[Path], workspace: Path = WORKSPACE_DIR) -> None:
-    """(Re)create the workspace: commit 1 is the wheel's ray/serve tree at
-    python/ray/serve (tagged `base`), then one commit per patch."""
+    """(Re)create the workspace: commit 1 is the wheel's files the series may
+    change (`TREE_PREFIXES`) under python/ (tagged `base`), then one commit per
+    patch."""
     # git runs inside the new tree and is also given its path: a relative one
     # would be read relative to itself.
     workspace = workspace.resolve()
@@ -207,7 +214,8 @@ def build_workspace(wheel: Path, patches: list[Path], workspace: Path = WORKSPAC
         count = extract_from_wheel(wheel, fresh / SOURCE_ROOT)
         git_output(["add", "--all"], fresh)
         message = (
-            f"Import {SOURCE_ROOT}/{SERVE_PREFIX.rstrip('/')} from {wheel.name}\n\n"
+            f"Import {SOURCE_ROOT}/{SERVE_PREFIX.rstrip('/')} and Serve's dashboard panels "
+            f"from {wheel.name}\n\n"
             f"{count} files, as the wheel ships them.\n"
         )
         git_output(["commit", "--quiet", "--no-verify", "-m", message], fresh, identity=True)
