@@ -43,7 +43,7 @@ import time
 import tracemalloc
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node, parse_samples
+from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
 from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
@@ -51,8 +51,8 @@ from harness.core.pin import load_pin
 from harness.experiment.configs import FAST_METRICS
 from harness.experiment.health import (
     PERIOD_S,
-    PROBES,
     TIMEOUT_S,
+    health_counters,
     wait_for_unhealthy,
     wait_replaced,
 )
@@ -67,10 +67,6 @@ WINDOW_S = 30.0
 IDLE_PERIOD_S = 3600.0  # no check falls in a window
 MODES = ("no health checks", "pull", "push")
 APPS = {"pull": "0", "push": "1"}  # app name -> RAY_SERVE_ENABLE_PUSH_HEALTH
-BATCHES = "ray_serve_controller_health_report_batches_total"
-REPORTS = "ray_serve_controller_health_reports_total"
-# Probes that were due and not sent because a fresh report stood in (0001).
-DEFERRED = "ray_serve_health_check_probes_deferred_total"
 INGEST = {"nodes": 250, "replicas_per_node": 32, "period_s": 10.0, "senders": 4}
 INGEST_WINDOW_S = 60.0
 DETECT_TIMEOUT_S = 90.0
@@ -106,17 +102,7 @@ def _save(partial: dict) -> None:
 def _counters(cluster: Cluster, pid: int) -> dict:
     cpu_s, now = cluster.process_cpu_s(cluster.head, pid), time.monotonic()
     # One fetch for all four counters: on a loaded node a fetch can take seconds.
-    text = cluster.metrics_text()
-    totals = {
-        key: sum(s.value for s in parse_samples(text, name))
-        for key, name in (
-            ("probes", PROBES),
-            ("batches", BATCHES),
-            ("reports", REPORTS),
-            ("deferred", DEFERRED),
-        )
-    }
-    return {"cpu_s": cpu_s, "time": now, **totals}
+    return {"cpu_s": cpu_s, "time": now, **health_counters(cluster.metrics_text())}
 
 
 def _window(cluster: Cluster, pid: int, window_s: float) -> dict:

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import time
 
-from harness.cluster.cluster import Cluster
+from harness.cluster.cluster import Cluster, parse_samples
 
 PERIOD_S = 2.0  # health_check_period_s
 TIMEOUT_S = 2.0  # health_check_timeout_s
 # The controller's count of completed probes (a histogram's count).
 PROBES = "ray_serve_health_check_latency_ms_count"
+# Push-based health (patched images): the calls carrying replicas' reports and
+# the reports in them, and the probes that were due and not sent because a
+# fresh report stood in.
+BATCHES = "ray_serve_controller_health_report_batches_total"
+REPORTS = "ray_serve_controller_health_reports_total"
+DEFERRED = "ray_serve_health_check_probes_deferred_total"
+HEALTH_COUNTERS = {"probes": PROBES, "batches": BATCHES, "reports": REPORTS, "deferred": DEFERRED}
 # Logged both for a strike (a probe timeout: "Didn't receive health check
 # response ... marking it unhealthy") and for the verdict ("... failed the health
 # check 3 times in a row, marking it unhealthy").
@@ -50,3 +57,12 @@ def wait_replaced(
             return time.time()
         time.sleep(1)
     return None
+
+
+def health_counters(text: str) -> dict[str, float]:
+    """The controller's health counters (`HEALTH_COUNTERS`' keys) in a node's
+    Prometheus text, each summed over deployments; 0 where not exported."""
+    return {
+        key: sum(s.value for s in parse_samples(text, name))
+        for key, name in HEALTH_COUNTERS.items()
+    }

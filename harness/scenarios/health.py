@@ -30,6 +30,7 @@ from harness.experiment.health import (
     PROBES,
     TIMEOUT_S,
     UNHEALTHY,
+    health_counters,
     wait_for_unhealthy,
     wait_replaced,
 )
@@ -54,6 +55,8 @@ from harness.scenarios.base import (
 # The controller's unhealthy log lines are kept as base.LOG_LINE.
 DETECTED, REPLACED = "detected unhealthy", "replaced"
 REPLICAS_BEFORE, REPLICAS_AFTER = "replicas before", "replicas after"
+# The controller's health counters at the end of a run (health.HEALTH_COUNTERS).
+COUNTED = "health counters"
 PROBE_RATE = "probes per period"
 
 
@@ -62,6 +65,7 @@ class FailureFacts(Facts):
     detect: str = fact("time to detect")  # "6.0 s" or "not detected"
     replace: str = fact("time to replace")  # "38.7 s" or "not replaced"
     detect_s: float | None = fact("detect_s")
+    counted: str = fact("what the controller counted over the run")
 
 
 @dataclass
@@ -144,6 +148,9 @@ class HealthFailure(_HealthScenario[FailureFacts]):
                 await load
 
             asyncio.run(main())
+            time.sleep(3)  # the last second's counts, exported every second
+            counters = health_counters(cluster.metrics_text())
+            history.observe(COUNTED, counters, time.time(), target="controller")
         return history
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[FailureFacts]:
@@ -154,6 +161,7 @@ class HealthFailure(_HealthScenario[FailureFacts]):
             detect=f"{detected - flipped:.1f} s" if detected else "not detected",
             replace=f"{replaced - flipped:.1f} s" if replaced else "not replaced",
             detect_s=detected - flipped if detected else None,
+            counted=_counted(history),
         )
         checks = [
             (f"replica {replica} detected unhealthy and replaced", bool(detected and replaced))
@@ -166,6 +174,23 @@ class HealthFailure(_HealthScenario[FailureFacts]):
         ]
         replaced = all(ok for r in runs.values() for _, ok in r.checks)
         return replaced, findings
+
+
+def _counted(history: History) -> str:
+    """The controller's health counters as a report row: the probes it sent,
+    and with push-based health the reports it received and the probes they
+    spared."""
+    reads = [e.detail["value"] for e in history.observed(COUNTED)]
+    if not reads:
+        return "not recorded"
+    c = reads[-1]
+    row = f"{c['probes']:.0f} probes"
+    if c["reports"]:
+        row += (
+            f"; {c['reports']:.0f} pushed reports in {c['batches']:.0f} calls; "
+            f"{c['deferred']:.0f} probes deferred for a fresh report"
+        )
+    return row
 
 
 class ControllerLag(_HealthScenario[LagFacts]):

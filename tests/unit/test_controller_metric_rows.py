@@ -1,13 +1,25 @@
-"""The controller's replica-shutdown metrics, read from a node's Prometheus
-text into an observation and shown as a report row."""
+"""The controller's metrics as the scenarios read them from a node's
+Prometheus text and show them in their reports: the replica-shutdown metrics
+(stale_worker_drain, drain_window_admission) and the health counters
+(health_failure)."""
 
 from harness.cluster.images import ImageSpec
 from harness.experiment.configs import RunConfig
+from harness.experiment.health import health_counters
 from harness.experiment.history import History
 from harness.scenarios.base import SHUTDOWN_COUNTERS, _shutdown_counters, shutdowns_counted
+from harness.scenarios.health import COUNTED, _counted
 
 PATCHED = RunConfig(ImageSpec("2.60.0", "patched"))
 STOCK = RunConfig(ImageSpec("2.60.0", "stock"))
+
+
+def _history(name: str, counters: dict[str, float] | None) -> History:
+    """A history holding one observation `name` of `counters`, or none."""
+    history = History()
+    if counters is not None:
+        history.observe(name, counters, 1.0, target="head")
+    return history
 
 
 def _buckets(deployment: str, phase: str, counts: dict[str, int]) -> list[str]:
@@ -52,15 +64,8 @@ def test_a_node_without_the_metrics_counts_nothing():
     }
 
 
-def _history(counters: dict[str, float] | None) -> History:
-    history = History()
-    if counters is not None:
-        history.observe(SHUTDOWN_COUNTERS, counters, 1.0, target="head")
-    return history
-
-
 def test_the_row_shows_force_kills_and_the_bucket_range_of_each_phase():
-    row = shutdowns_counted(PATCHED, _history(_shutdown_counters(TEXT)))
+    row = shutdowns_counted(PATCHED, _history(SHUTDOWN_COUNTERS, _shutdown_counters(TEXT)))
     assert row == (
         "3 force-killed; listener closed: 2 in 5-10 s; requests drained: 2 in 5-20 s; "
         "3 requests rejected after the drain"
@@ -68,5 +73,37 @@ def test_the_row_shows_force_kills_and_the_bucket_range_of_each_phase():
 
 
 def test_stock_and_unrecorded_runs_say_so():
-    assert shutdowns_counted(STOCK, _history(None)).startswith("nothing: stock Ray")
-    assert shutdowns_counted(PATCHED, _history(None)) == "not recorded"
+    assert shutdowns_counted(STOCK, _history(SHUTDOWN_COUNTERS, None)).startswith(
+        "nothing: stock Ray"
+    )
+    assert shutdowns_counted(PATCHED, _history(SHUTDOWN_COUNTERS, None)) == "not recorded"
+
+
+PATCHED_TEXT = "\n".join(
+    [
+        'ray_serve_health_check_latency_ms_count{application="echo",deployment="Echo"} 7.0',
+        'ray_serve_health_check_latency_ms_count{application="app2",deployment="B"} 1.0',
+        'ray_serve_controller_health_report_batches_total{Component="core_worker"} 15.0',
+        'ray_serve_controller_health_reports_total{Component="core_worker"} 60.0',
+        'ray_serve_health_check_probes_deferred_total{deployment="Echo"} 57.0',
+    ]
+)
+
+
+def test_health_counters_are_summed_over_deployments_and_zero_when_absent():
+    assert health_counters(PATCHED_TEXT) == {
+        "probes": 8.0,
+        "batches": 15.0,
+        "reports": 60.0,
+        "deferred": 57.0,
+    }
+    assert health_counters("") == {"probes": 0, "batches": 0, "reports": 0, "deferred": 0}
+
+
+def test_the_health_row_shows_pushed_reports_only_where_there_are_some():
+    assert _counted(_history(COUNTED, health_counters(PATCHED_TEXT))) == (
+        "8 probes; 60 pushed reports in 15 calls; 57 probes deferred for a fresh report"
+    )
+    stock = 'ray_serve_health_check_latency_ms_count{deployment="Echo"} 46.0\n'
+    assert _counted(_history(COUNTED, health_counters(stock))) == "46 probes"
+    assert _counted(_history(COUNTED, None)) == "not recorded"
