@@ -544,6 +544,10 @@ class Cluster:
         """The front LB's view of each node: server name -> status (UP, DOWN, ...)."""
         return frontlb.servers(self._run_in_lb)
 
+    def lb_server_errors(self) -> dict[str, dict[str, int]]:
+        """The front LB's error counters for each node (frontlb.ERROR_FIELDS)."""
+        return frontlb.server_errors(self._run_in_lb)
+
     def wait_lb_ready(self, nodes: list[Node] | None = None, timeout_s: float = 90) -> None:
         """Wait until the front LB sees every given node's Serve healthy."""
         want = {n.name for n in (nodes or self.nodes)}

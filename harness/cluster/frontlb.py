@@ -111,6 +111,27 @@ def servers(run: RunInLB) -> dict[str, str]:
     return found
 
 
+# HAProxy's per-server error counters the front LB reports for each node:
+# connections it could not open, responses that broke (the node closed or reset
+# the connection before answering), and transfers aborted by the client or the
+# node. They say which node a failed request met.
+ERROR_FIELDS = ("econ", "eresp", "cli_abrt", "srv_abrt")
+
+
+def server_errors(run: RunInLB) -> dict[str, dict[str, int]]:
+    """The front LB's error counters for each node: server name -> field -> count."""
+    lines = admin_command(run, "show stat").splitlines()
+    if not lines or not lines[0].startswith("# "):
+        raise HarnessError(f"the front LB's `show stat` has no header: {lines[:1]}")
+    header = lines[0].removeprefix("# ").split(",")
+    found = {}
+    for line in lines[1:]:
+        row = dict(zip(header, line.split(","), strict=False))
+        if row.get("pxname") == BACKEND and row.get("svname") != "BACKEND":
+            found[row["svname"]] = {f: int(row.get(f) or 0) for f in ERROR_FIELDS}
+    return found
+
+
 def register(run: RunInLB, node: Server, serve_port: int) -> None:
     """Add a node that joined after the LB started, so that it gets traffic only
     once its health checks pass."""

@@ -76,6 +76,25 @@ def test_servers_reads_the_nodes_backend_of_show_stat():
     assert frontlb.servers(FakeLB({"show": stat})) == {"c-head": "UP", "c-worker-1": "DOWN"}
 
 
+def test_server_errors_reads_each_node_s_error_counters_by_name():
+    header = "# pxname,svname,econ,eresp,status,cli_abrt,srv_abrt,"
+    stat = "\n".join(
+        [
+            header,
+            "front,FRONTEND,,,OPEN,0,0,",
+            "nodes,c-head,0,1,UP,0,0,",
+            "nodes,c-worker-1,2,0,DOWN,0,3,",
+            "nodes,BACKEND,2,1,UP,0,3,",
+        ]
+    )
+    assert frontlb.server_errors(FakeLB({"show": stat})) == {
+        "c-head": {"econ": 0, "eresp": 1, "cli_abrt": 0, "srv_abrt": 0},
+        "c-worker-1": {"econ": 2, "eresp": 0, "cli_abrt": 0, "srv_abrt": 3},
+    }
+    with pytest.raises(HarnessError, match="no header"):
+        frontlb.server_errors(FakeLB({"show": "Unknown command.\n"}))
+
+
 def test_port_in_use_is_named():
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

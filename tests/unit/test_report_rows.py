@@ -1,7 +1,7 @@
-"""The controller's metrics as the scenarios read them from a node's
-Prometheus text and show them in their reports: the replica-shutdown metrics
-(stale_worker_drain, drain_window_admission) and the health counters
-(health_failure)."""
+"""What the scenarios read from the cluster and show as report rows: the
+controller's replica-shutdown metrics (stale_worker_drain,
+drain_window_admission), its health counters (health_failure), and the front
+LB's error counters (streaming_drain)."""
 
 from harness.cluster.images import ImageSpec
 from harness.experiment.configs import RunConfig
@@ -9,6 +9,7 @@ from harness.experiment.health import health_counters
 from harness.experiment.history import History
 from harness.scenarios.base import SHUTDOWN_COUNTERS, _shutdown_counters, shutdowns_counted
 from harness.scenarios.health import COUNTED, _counted
+from harness.scenarios.streaming_drain import LB_ERRORS, _lb_errors
 
 PATCHED = RunConfig(ImageSpec("2.60.0", "patched"))
 STOCK = RunConfig(ImageSpec("2.60.0", "stock"))
@@ -107,3 +108,14 @@ def test_the_health_row_shows_pushed_reports_only_where_there_are_some():
     stock = 'ray_serve_health_check_latency_ms_count{deployment="Echo"} 46.0\n'
     assert _counted(_history(COUNTED, health_counters(stock))) == "46 probes"
     assert _counted(_history(COUNTED, None)) == "not recorded"
+
+
+def test_the_front_lb_row_shows_nonzero_errors_by_node():
+    errors = {
+        "c-worker-1": {"econ": 0, "eresp": 1, "cli_abrt": 0, "srv_abrt": 0},
+        "c-head": {"econ": 0, "eresp": 0, "cli_abrt": 0, "srv_abrt": 0},
+    }
+    assert _lb_errors(_history(LB_ERRORS, errors)) == "c-worker-1: eresp 1"
+    quiet = {"c-head": {"econ": 0, "eresp": 0, "cli_abrt": 0, "srv_abrt": 0}}
+    assert _lb_errors(_history(LB_ERRORS, quiet)) == "none"
+    assert _lb_errors(_history(LB_ERRORS, None)) == "not recorded"
