@@ -294,7 +294,7 @@ class Ladder:
                 "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(self.haproxy_hard_stop_after_s or 0),
                 "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": _env_num(self.min_draining_s),
                 "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S": _env_num(self.proxy_min_draining_s),
-                # Patch 0003 sizes an ingress replica's force-kill budget as MIN + request
+                # Patch 0005 sizes an ingress replica's force-kill budget as MIN + request
                 # timeout + wait loop + this buffer; set to the ladder's margin, that is
                 # ordering E's right-hand side, so the patched budget is exactly the gst
                 # the ladder gives. Stock Ray has the buffer hard-coded and ignores it.

@@ -40,11 +40,11 @@ _REPLICA = "ray/serve/_private/replica.py"
 _UTILS = "ray/serve/_private/utils.py"
 _RELAY = "ray/serve/_private/replica_health_relay.py"
 # Where the patches install their tests (the wheel ships no tests of its own),
-# and the push-health patches' own files among them: every mutation is in their
-# code, and the other patches' tests (real HAProxy processes among them) only
-# add minutes to every one of the runs.
+# and the push-health patches' own files among them, with the push bound's they
+# build on: every mutation is in their code, and the other patches' tests (real
+# HAProxy processes among them) only add minutes to every one of the runs.
 _PATCH_TESTS = "ray/serve/tests/unit"
-_PUSH_HEALTH_TESTS = "test_push_health_*.py"
+_PUSH_HEALTH_TESTS = ("test_push_health_*.py", "test_metrics_push_bound.py")
 _PYTEST_FLAGS = ["-x", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings"]
 # pytest's exit codes for "ran, all passed" and "ran, some test failed"; anything
 # else (collection error, usage error, no tests) proves nothing either way.
@@ -513,15 +513,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "pytest_args",
         nargs="*",
-        help=f"passed to pytest (default: <site-packages>/{_PATCH_TESTS}/{_PUSH_HEALTH_TESTS})",
+        help=f"passed to pytest (default: {', '.join(_PUSH_HEALTH_TESTS)} under "
+        f"<site-packages>/{_PATCH_TESTS})",
     )
     args = parser.parse_args(argv)
     try:
         site = args.site_packages or venv.site_packages(VENV_DIR, fix="pass --site-packages")
-        tests = sorted(str(p) for p in (site / _PATCH_TESTS).glob(_PUSH_HEALTH_TESTS))
+        tests = sorted(
+            str(p) for pattern in _PUSH_HEALTH_TESTS for p in (site / _PATCH_TESTS).glob(pattern)
+        )
         if not args.pytest_args and not tests:
             raise HarnessError(
-                f"no {_PUSH_HEALTH_TESTS} under {site / _PATCH_TESTS}; run "
+                f"no {' or '.join(_PUSH_HEALTH_TESTS)} under {site / _PATCH_TESTS}; run "
                 f"`make apply-patches` first"
             )
         results = run_mutations(site, args.pytest_args or tests, jobs=args.jobs)
