@@ -76,13 +76,14 @@ _MAX_SLUG = 60
 def branch_name(subject: str) -> str:
     """`[Serve] Size the ingress force-kill budget to the request timeout` ->
     `serve/size-ingress-force-kill-budget-request-timeout`: the subject's tag,
-    lowercased, as the folder; the rest lowercased, every run of other
-    characters a `-`, small words dropped, cut at a word to 60 characters."""
+    lowercased, as the folder; the rest lowercased, a possessive's `'s`
+    dropped, every run of other characters a `-`, small words dropped, cut at a
+    word to 60 characters."""
     tag = re.match(r"\s*\[([^\]]+)\]\s*", subject)
     folder = "-".join(re.findall(r"[a-z0-9]+", tag.group(1).lower())) if tag else ""
     rest = subject[tag.end() :] if tag else subject
     slug = ""
-    for word in re.findall(r"[a-z0-9]+", rest.lower()):
+    for word in re.findall(r"[a-z0-9]+", re.sub(r"(?<=\w)'s\b", "", rest.lower())):
         if word in _STOP_WORDS:
             continue
         longer = f"{slug}-{word}" if slug else word
