@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from harness.cluster import appconfigs
 from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
 from harness.core import log
+from harness.core.errors import HarnessError
 from harness.experiment.configs import FAST_METRICS, RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
@@ -90,6 +91,28 @@ class StaleFacts(Facts):
     shutdowns: str = fact("replica shutdowns, as the controller counted them")
 
 
+def _wait_for_two_replicas(cluster: Cluster, timeout_s: float = 90.0) -> None:
+    """Wait until exactly the two replicas the event needs are alive, twice in a
+    row a second apart.
+
+    The app can be RUNNING with a third replica alive: one replacing a replica
+    that failed a health check while starting on a busy host, or the previous
+    event's replica still stopping. Scaling down then stops that one, which
+    serves nothing, and the event cuts no request on any version (seen once as
+    stock "not reproduced" in one event)."""
+    deadline = time.monotonic() + timeout_s
+    steady = 0
+    while steady < 2:
+        if time.monotonic() > deadline:
+            raise HarnessError(
+                f"the echo app did not settle at 2 alive replicas in {timeout_s:.0f} s "
+                f"(alive: {sorted(cluster.replica_names('echo', 'Echo'))})"
+            )
+        steady = steady + 1 if len(cluster.replica_names("echo", "Echo")) == 2 else 0
+        if steady < 2:
+            time.sleep(1.0)
+
+
 class StaleWorkerDrain(Scenario[StaleFacts]):
     name = "stale_worker_drain"
     title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
@@ -121,6 +144,7 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         with Cluster(cluster_config) as cluster:
             for number in range(self.events):
                 cluster.deploy(_app(2, self.request_timeout_s))
+                _wait_for_two_replicas(cluster)
                 log.progress(
                     _log, f"{self.name}: event {number + 1} of {self.events} under load", started
                 )
