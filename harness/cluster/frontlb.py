@@ -101,14 +101,20 @@ def admin_command(run: RunInLB, command: str) -> str:
     return out
 
 
+def _node_rows(run: RunInLB) -> list[dict[str, str]] | None:
+    """The rows of the nodes backend's servers in `show stat`, by field name;
+    None if the answer has no header (an LB not answering yet)."""
+    lines = admin_command(run, "show stat").splitlines()
+    if not lines or not lines[0].startswith("# "):
+        return None
+    header = lines[0].removeprefix("# ").split(",")
+    rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:]]
+    return [r for r in rows if r.get("pxname") == BACKEND and r.get("svname") != "BACKEND"]
+
+
 def servers(run: RunInLB) -> dict[str, str]:
     """The front LB's view of each node: server name -> status (UP, DOWN, ...)."""
-    found = {}
-    for line in admin_command(run, "show stat").splitlines():
-        fields = line.split(",")
-        if len(fields) > 17 and fields[0] == BACKEND and fields[1] not in ("BACKEND",):
-            found[fields[1]] = fields[17]
-    return found
+    return {row["svname"]: row["status"] for row in _node_rows(run) or []}
 
 
 # HAProxy's per-server error counters the front LB reports for each node:
@@ -120,16 +126,10 @@ ERROR_FIELDS = ("econ", "eresp", "cli_abrt", "srv_abrt")
 
 def server_errors(run: RunInLB) -> dict[str, dict[str, int]]:
     """The front LB's error counters for each node: server name -> field -> count."""
-    lines = admin_command(run, "show stat").splitlines()
-    if not lines or not lines[0].startswith("# "):
-        raise HarnessError(f"the front LB's `show stat` has no header: {lines[:1]}")
-    header = lines[0].removeprefix("# ").split(",")
-    found = {}
-    for line in lines[1:]:
-        row = dict(zip(header, line.split(","), strict=False))
-        if row.get("pxname") == BACKEND and row.get("svname") != "BACKEND":
-            found[row["svname"]] = {f: int(row.get(f) or 0) for f in ERROR_FIELDS}
-    return found
+    rows = _node_rows(run)
+    if rows is None:
+        raise HarnessError("the front LB's `show stat` has no header")
+    return {row["svname"]: {f: int(row.get(f) or 0) for f in ERROR_FIELDS} for row in rows}
 
 
 def register(run: RunInLB, node: Server, serve_port: int) -> None:

@@ -58,7 +58,7 @@ def test_a_refused_registration_names_the_command():
 
 
 def test_servers_reads_the_nodes_backend_of_show_stat():
-    header = "# pxname,svname," + ",".join(f"f{i}" for i in range(2, 30))
+    header = "# pxname,svname," + ",".join("status" if i == 17 else f"f{i}" for i in range(2, 30))
 
     def row(proxy: str, server: str, status: str) -> str:
         fields = [proxy, server] + [""] * 15 + [status] + [""] * 10
