@@ -502,15 +502,10 @@ class Cluster:
         _, text = self.exec_in(node, ["python", "-c", fetch])
         return text
 
-    def metric_samples(self, name: str, node: Node | None = None) -> list[Sample]:
-        """Every sample of a metric a node exports: its labels and value, one
-        per label set."""
-        return parse_samples(self.metrics_text(node), name)
-
     def metric_total(self, name: str, node: Node | None = None) -> float:
         """The sum over all label sets of a metric a node exports; e.g. a
         histogram's `_count`."""
-        return sum(s.value for s in self.metric_samples(name, node))
+        return sample_total(self.metrics_text(node), name)
 
     def process_cpu_s(self, node: Node, pid: int) -> float:
         """utime + stime of a process in a node, in seconds."""
@@ -604,6 +599,12 @@ def parse_samples(text: str, name: str) -> list[Sample]:
         Sample(dict(_LABEL.findall(m.group(1) or "")), float(m.group(2)))
         for m in re.finditer(pattern, text, re.M)
     ]
+
+
+def sample_total(text: str, name: str) -> float:
+    """The sum of metric `name` over all its label sets in a Prometheus text
+    exposition; 0 where it is not exported."""
+    return sum(s.value for s in parse_samples(text, name))
 
 
 def _log_time(line: str) -> float | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from harness.cluster.cluster import Cluster, parse_samples
+from harness.cluster.cluster import Cluster, sample_total
 
 PERIOD_S = 2.0  # health_check_period_s
 TIMEOUT_S = 2.0  # health_check_timeout_s
@@ -62,7 +62,4 @@ def wait_replaced(
 def health_counters(text: str) -> dict[str, float]:
     """The controller's health counters (`HEALTH_COUNTERS`' keys) in a node's
     Prometheus text, each summed over deployments; 0 where not exported."""
-    return {
-        key: sum(s.value for s in parse_samples(text, name))
-        for key, name in HEALTH_COUNTERS.items()
-    }
+    return {key: sample_total(text, name) for key, name in HEALTH_COUNTERS.items()}

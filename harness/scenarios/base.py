@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from harness.cluster import images, runs
-from harness.cluster.cluster import Cluster, Node, parse_samples
+from harness.cluster.cluster import Cluster, Node, parse_samples, sample_total
 from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
@@ -282,7 +282,7 @@ def observe_haproxy_counters(cluster: Cluster, history: History, target: str) ->
         f"{s.labels.get('cause')} reloads, {s.labels.get('outcome')}": s.value
         for s in parse_samples(text, _RELOADS_METRIC)
     }
-    counters[MEMBERSHIP_UPDATES] = sum(s.value for s in parse_samples(text, _UPDATES_METRIC))
+    counters[MEMBERSHIP_UPDATES] = sample_total(text, _UPDATES_METRIC)
     history.observe(HAPROXY_COUNTERS, counters, time.time(), target=target)
 
 
@@ -316,8 +316,8 @@ _SHUTDOWN_PHASES = ("listener_closed", "requests_drained")
 
 def _shutdown_counters(text: str) -> dict[str, float]:
     counters = {
-        FORCE_KILLS: sum(s.value for s in parse_samples(text, _FORCE_KILLS_METRIC)),
-        REJECTED: sum(s.value for s in parse_samples(text, _REJECTED_METRIC)),
+        FORCE_KILLS: sample_total(text, _FORCE_KILLS_METRIC),
+        REJECTED: sample_total(text, _REJECTED_METRIC),
     }
     for sample in parse_samples(text, _PHASE_BUCKETS):
         key = f"{sample.labels.get('phase')} le {sample.labels.get('le')}"

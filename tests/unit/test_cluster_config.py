@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.cluster import engine, frontlb, runs
-from harness.cluster.cluster import RAY_STARTED, Cluster, ClusterConfig, parse_samples
+from harness.cluster.cluster import RAY_STARTED, Cluster, ClusterConfig, parse_samples, sample_total
 from harness.core.errors import HarnessError
 
 
@@ -212,3 +212,5 @@ def test_metric_samples_are_read_with_their_labels():
         89.0
     ]
     assert parse_samples(text, "ray_serve_absent_total") == []
+    assert sample_total(text, "ray_serve_haproxy_reloads_total") == 53.0
+    assert sample_total(text, "ray_serve_absent_total") == 0
