@@ -162,7 +162,9 @@ def _scenario_section(
                 f"{label} recorded no requests, so its failure-rate verdict says "
                 f"nothing; see the checks below."
             )
-        note = _image_note(label, meta.get("image", ""), tags.get(label, []), series)
+        # A configuration's label extends its image's ("2.60.0-patched flags on").
+        spec = meta.get("config", {}).get("image", label)
+        note = _image_note(label, meta.get("image", ""), tags.get(spec, []), series)
         if note:
             notes.append(note)
     if notes:

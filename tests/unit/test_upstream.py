@@ -533,6 +533,26 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
     assert after == "\n\n- One 2-core machine.\n- The gate never fired.\n"
 
 
+def test_a_configuration_run_on_an_older_image_says_so(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    label = "2.60.0-patched flags on"
+    history = History(
+        {
+            "label": label,
+            "config": {"image": "2.60.0-patched", "name": "flags on", "env": {}},
+            "image": "rayspot-node:2.60.0-patched-old",
+            "scenario": "membership_churn",
+        }
+    )
+    history.add_request(Request("short", 1.0, 1.01, 200, None))
+    write_report(results / "membership_churn", "Churn", {label: (history, check(history))}, {}, {})
+    tags = {"2.60.0-patched": [(2, "rayspot-node:2.60.0-patched-new"), (1, "x")]}
+    section = "\n".join(
+        prbody._scenario_section("membership_churn", results, {"membership_churn"}, tags)
+    )
+    assert f"{label} ran on `rayspot-node:2.60.0-patched-old`, which the current inputs" in section
+
+
 def test_pr_body_of_a_series_patch_names_its_runs_and_caveats(tmp_path: Path) -> None:
     series = read_series()
     evidence = load_evidence()
