@@ -34,6 +34,20 @@ def _output_when_it_exits(proc, timeout_s: float = 120) -> str:
         pytest.fail(f"still running {timeout_s:.0f} s after Ctrl-C; its stacks and output:\n{out}")
 
 
+def _start_harness(*args: str) -> subprocess.Popen:
+    """`python -m harness ARGS` as a shell at a terminal starts it: with Ctrl-C's
+    SIGINT at its default, even when this test runs where SIGINT is ignored (a
+    background job, `nohup`), which every child would otherwise inherit."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 # When to interrupt: a fixed time into the start (the network and the head are
 # being created), or a moment after a progress line (workers joining; the app
 # deploying). Progress lines, not fixed times, because how long each phase
@@ -42,24 +56,7 @@ def _output_when_it_exits(proc, timeout_s: float = 120) -> str:
     "after_line, delay_s", [(None, 1.5), ("head up at", 1.0), ("front load balancer on", 2.0)]
 )
 def test_ctrl_c_during_up_leaves_nothing(patched_image, after_line, delay_s):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "up",
-            "--name",
-            NAME,
-            "--image",
-            "2.60.0-patched",
-            "--port",
-            "0",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start_harness("up", "--name", NAME, "--image", "2.60.0-patched", "--port", "0")
     seen = []
     if after_line is not None:
         for line in proc.stdout:
@@ -83,13 +80,7 @@ def test_ctrl_c_during_up_leaves_nothing(patched_image, after_line, delay_s):
 
 def test_ctrl_c_during_a_scenario_leaves_nothing(patched_image):
     """Interrupted in the middle of its first event, with load in flight."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "stale_worker_drain"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _start_harness("run", "stale_worker_drain")
     seen = []
     for line in proc.stdout:  # cluster up, app deployed: the first event starts
         seen.append(line)
