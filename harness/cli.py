@@ -174,8 +174,6 @@ def cmd_run(args) -> None:
                 f"{args.scenario} runs no timeout ladder, so --scale does not apply to it"
             )
         options["scale"] = args.scale
-    if args.parallel < 1:
-        raise HarnessError(f"--parallel must be 1 or more, not {args.parallel}")
     _print_outcome(run_scenario(scenario_class(**options), specs, parallel=args.parallel))
 
 
@@ -329,7 +327,7 @@ def cmd_soak(args) -> None:
     from harness.bench import soak
     from harness.core.errors import VerdictFailed
 
-    results = soak.soak(args.runs, args.minutes, args.interval)
+    results = soak.soak(args.runs, args.minutes, args.interval, parallel=args.parallel)
     soak.print_soak(results)
     # The ladder is the claim; Ray's defaults are the comparison, reported only.
     failed = [v.label for v in results[soak.LADDER_CONFIG] if not v.passed]
@@ -454,6 +452,17 @@ script that needs it runs .venv/bin/python -m harness VERB instead.
 """
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: a count of runs at once, which is 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 1 or more, not {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Raw, so the exit-code table keeps its lines; __doc__ is wrapped by hand.
     parser = argparse.ArgumentParser(
@@ -515,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario")
     p.add_argument(
         "--parallel",
-        type=int,
+        type=_at_least_one,
         default=1,
         help="run this many of its runs at once, each on its own cluster (default: 1, one "
         "after the other, each with the host to itself)",
@@ -592,6 +601,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=180.0,
         help="seconds between spot notices (each notice lasts 120 s)",
+    )
+    p.add_argument(
+        "--parallel",
+        type=_at_least_one,
+        default=2,
+        help="run this many at once, each on its own cluster (default: 2, each run number's "
+        "two configurations side by side; 1: one after the other)",
     )
     p.set_defaults(func=cmd_soak)
 

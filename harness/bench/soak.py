@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from harness.cluster import appconfigs, images
+from harness.cluster import appconfigs, images, runs
 from harness.cluster.cluster import Cluster, ClusterConfig
 from harness.core import log, paths
 from harness.core.pin import load_pin
@@ -128,35 +128,50 @@ def one_run(
 
 
 def soak(
-    runs: int, minutes: float, interval_s: float = 180.0, rate: float = 20.0
+    runs_each: int,
+    minutes: float,
+    interval_s: float = 180.0,
+    rate: float = 20.0,
+    parallel: int = len(CONFIGS),
 ) -> dict[str, list[checker.Verdict]]:
-    """Every configuration `runs` times, each run `minutes` long, on the patched
-    image with every flag at its default. Writes build/results/soak/ (report,
-    timelines, histories) as it goes."""
+    """Every configuration `runs_each` times, each run `minutes` long, on the
+    patched image with every flag at its default; `parallel` runs at once, each
+    on its own cluster (by default one number's runs of every configuration
+    side by side, as a scenario runs its images). Writes build/results/soak/
+    (report, timelines, histories)."""
     spec = images.ImageSpec(load_pin().ray.version, "patched")
     tag = images.ensure_node_image(spec)
-    total = len(CONFIGS) * runs
     title = (
-        f"Soak: {runs} x {minutes:g} min per configuration, a spot notice every {interval_s:g} s"
+        f"Soak: {runs_each} x {minutes:g} min per configuration, "
+        f"a spot notice every {interval_s:g} s"
     )
     started = time.monotonic()
-    results: dict[str, list[checker.Verdict]] = {}
-    recorded: dict[str, tuple[History, checker.Verdict]] = {}
     clear_histories(RESULTS_DIR)
-    for config, ladder in CONFIGS.items():
-        for number in range(1, runs + 1):
-            label = f"{config} #{number}"
-            log.progress(
-                _log,
-                f"soak: run {len(recorded) + 1} of {total} ({label}, {minutes:g} min)",
-                started,
-            )
-            history, verdict = one_run(tag, label, ladder, minutes * 60, interval_s, rate)
-            # What `analyze` needs to lay the runs out as this report does.
-            history.meta.update(order=len(recorded), title=title)
-            history.save(RESULTS_DIR / history_name(label))
-            recorded[label] = (history, verdict)
-            results.setdefault(config, []).append(verdict)
+    # Run number first, so that one number's configurations run side by side;
+    # the report lists each configuration's runs together, in `order`.
+    plan = [(config, number) for number in range(1, runs_each + 1) for config in CONFIGS]
+
+    def run(index: int, planned: tuple[str, int]) -> tuple[History, checker.Verdict]:
+        config, number = planned
+        label = f"{config} #{number}"
+        log.progress(
+            _log, f"soak: run {index + 1} of {len(plan)} ({label}, {minutes:g} min)", started
+        )
+        history, verdict = one_run(tag, label, CONFIGS[config], minutes * 60, interval_s, rate)
+        # What `analyze` needs to lay the runs out as this report does.
+        order = list(CONFIGS).index(config) * runs_each + number - 1
+        history.meta.update(order=order, title=title)
+        history.save(RESULTS_DIR / history_name(label))
+        return history, verdict
+
+    done = runs.side_by_side(run, plan, parallel)
+    results: dict[str, list[checker.Verdict]] = {config: [] for config in CONFIGS}
+    recorded: dict[str, tuple[History, checker.Verdict]] = {}
+    for (config, _), (history, verdict) in sorted(
+        zip(plan, done, strict=True), key=lambda pair: pair[1][0].meta["order"]
+    ):
+        results[config].append(verdict)
+        recorded[history.meta["label"]] = (history, verdict)
     report.write_report(RESULTS_DIR, title, recorded)
     return results
 

@@ -18,8 +18,15 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from harness.cluster import engine
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def new_run_id() -> str:
@@ -147,3 +154,45 @@ def owner_summary(labels: dict[str, str]) -> str:
     if host != socket.gethostname():
         return host
     return f"pid {pid}" if owner_alive(labels[engine.OWNER_LABEL]) else f"pid {pid} gone"
+
+
+def side_by_side(run: Callable[[int, T], R], plan: Sequence[T], parallel: int) -> list[R]:
+    """`run(order, item)` for every item of `plan`, `parallel` at a time, each
+    on clusters of its own; the results in plan order. With `parallel` 1 they
+    run one after the other in this thread. Otherwise they run in daemon
+    threads and this thread only waits, so Ctrl-C reaches it: it then removes
+    every cluster this process started (a run's own `with Cluster` cannot
+    unwind from another thread) and re-raises. The first error stops new runs
+    and is raised once the runs in flight are done."""
+    if parallel <= 1:
+        return [run(order, item) for order, item in enumerate(plan)]
+    results: dict[int, R] = {}
+    errors: list[BaseException] = []
+    pending = list(enumerate(plan))
+    running: list[threading.Thread] = []
+
+    def work(order: int, item: T) -> None:
+        try:
+            results[order] = run(order, item)
+        except BaseException as exc:  # re-raised in the main thread
+            errors.append(exc)
+
+    try:
+        while (pending or running) and not errors:
+            running = [t for t in running if t.is_alive()]
+            while pending and len(running) < parallel:
+                order, item = pending.pop(0)
+                thread = threading.Thread(
+                    target=work, args=(order, item), daemon=True, name=f"run-{order}"
+                )
+                thread.start()
+                running.append(thread)
+            time.sleep(0.2)
+        for thread in running:  # the others' errors wait for the runs in flight
+            thread.join()
+    except KeyboardInterrupt:
+        remove_mine()
+        raise
+    if errors:
+        raise errors[0]
+    return [results[order] for order in sorted(results)]

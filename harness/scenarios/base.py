@@ -417,7 +417,8 @@ def run_scenario(
     tags = {spec: images.ensure_node_image(spec) for spec in specs}
     plan = [(tag, config) for spec, tag in tags.items() for config in scenario.configs(spec)]
 
-    def run(order: int, tag: str, config: RunConfig) -> History:
+    def run(order: int, planned: tuple[str, RunConfig]) -> History:
+        tag, config = planned
         label = config.label
         log.progress(_log, f"scenario {scenario.name}: running on {label}", started)
         t = time.monotonic()
@@ -444,53 +445,10 @@ def run_scenario(
         )
         return history
 
-    if parallel <= 1:
-        histories = [run(order, tag, config) for order, (tag, config) in enumerate(plan)]
-    else:
-        histories = _run_concurrently(run, plan, parallel)
+    histories = runs.side_by_side(run, plan, parallel)
     outcome = judge_runs(scenario, histories, out_dir)
     outcome.wall_s = time.monotonic() - started
     return outcome
-
-
-def _run_concurrently(run, plan: list[tuple[str, RunConfig]], parallel: int) -> list[History]:
-    """`run(order, tag, config)` for every entry of `plan`, `parallel` at a
-    time, in daemon threads: the main thread only waits, so Ctrl-C reaches it,
-    and then it removes every cluster this process started (a run's own
-    `with Cluster` cannot unwind from another thread) before re-raising."""
-    results: dict[int, History] = {}
-    errors: list[BaseException] = []
-    pending = list(enumerate(plan))
-    running: list[threading.Thread] = []
-
-    def work(order: int, tag: str, config: RunConfig) -> None:
-        try:
-            results[order] = run(order, tag, config)
-        except BaseException as exc:  # re-raised in the main thread
-            errors.append(exc)
-
-    try:
-        while (pending or running) and not errors:
-            running = [t for t in running if t.is_alive()]
-            while pending and len(running) < parallel:
-                order, (tag, config) = pending.pop(0)
-                thread = threading.Thread(
-                    target=work,
-                    args=(order, tag, config),
-                    daemon=True,
-                    name=f"run-{config.label}",
-                )
-                thread.start()
-                running.append(thread)
-            time.sleep(0.2)
-        for thread in running:  # the others' errors wait for the runs in flight
-            thread.join()
-    except KeyboardInterrupt:
-        runs.remove_mine()
-        raise
-    if errors:
-        raise errors[0]
-    return [results[order] for order in sorted(results)]
 
 
 def judge_runs(

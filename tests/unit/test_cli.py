@@ -193,3 +193,12 @@ def test_branches_whose_tests_fail_are_1(monkeypatch, no_downloads, tmp_path: Pa
     monkeypatch.setattr(branches, "pr_branches", lambda *args, **kwargs: result)
     assert cli.main(["upstream", "branches", str(tmp_path)]) == 1
     assert "tests failed on serve/drain-replicas-two-phases" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", [["soak"], ["run", "spot_preemption"]])
+@pytest.mark.parametrize("count", ["0", "-1", "two"])
+def test_parallel_below_one_is_bad_usage(capsys, verb: list[str], count: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*verb, "--parallel", count])
+    assert exit_.value.code == 2
+    assert "--parallel: must be a whole number, 1 or more" in capsys.readouterr().err

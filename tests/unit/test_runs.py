@@ -134,3 +134,47 @@ def test_run_ids_are_fresh_and_fit_a_name():
     ids = {runs.new_run_id() for _ in range(100)}
     assert len(ids) == 100
     assert all(len(i) == 8 and i.isalnum() and i == i.lower() for i in ids)
+
+
+def test_side_by_side_returns_results_in_plan_order_and_overlaps():
+    import threading
+
+    at_once = 0
+    most = 0
+    lock = threading.Lock()
+
+    def run(order: int, item: float) -> tuple[int, float]:
+        nonlocal at_once, most
+        with lock:
+            at_once += 1
+            most = max(most, at_once)
+        time.sleep(item)
+        with lock:
+            at_once -= 1
+        return order, item
+
+    # The first item finishes last: the results still come in plan order.
+    assert runs.side_by_side(run, [0.6, 0.1, 0.1], parallel=2) == [(0, 0.6), (1, 0.1), (2, 0.1)]
+    assert most == 2
+
+
+def test_side_by_side_one_at_a_time_runs_in_this_thread():
+    import threading
+
+    threads = runs.side_by_side(lambda order, item: threading.current_thread(), [1, 2], 1)
+    assert threads == [threading.current_thread()] * 2
+
+
+def test_side_by_side_raises_the_first_error_and_starts_nothing_after_it():
+    started: list[int] = []
+
+    def run(order: int, item: str) -> str:
+        started.append(order)
+        if item == "bad":
+            raise ValueError("the run broke")
+        time.sleep(0.3)
+        return item
+
+    with pytest.raises(ValueError, match="the run broke"):
+        runs.side_by_side(run, ["bad", "ok", "never"], parallel=2)
+    assert 2 not in started

@@ -1,0 +1,55 @@
+"""The soak's bookkeeping with its clusters replaced: which runs go side by
+side, and how their results come back (per configuration, in run order) and
+are saved for `analyze`. No Docker."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import harness.bench.soak as soak
+from harness.experiment import checker
+from harness.experiment.history import History, Request
+
+T = 1_700_000_000.0
+
+
+def test_one_numbers_configurations_run_side_by_side_and_report_in_order(monkeypatch, tmp_path):
+    monkeypatch.setattr(soak, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: "node:patched")
+    running: set[str] = set()
+    together: list[set[str]] = []
+    lock = threading.Lock()
+
+    def one_run(tag, label, ladder, duration_s, interval_s, rate):
+        with lock:
+            running.add(label)
+            together.append(set(running))
+        time.sleep(0.3)
+        with lock:
+            running.discard(label)
+        history = History({"label": label, "claim": ladder is not None})
+        history.add_request(Request("short", T, T + 0.1, 200, None))
+        return history, checker.check(history)
+
+    monkeypatch.setattr(soak, "one_run", one_run)
+    results = soak.soak(2, 1.0)
+
+    ladder, defaults = soak.CONFIGS
+    assert {f"{ladder} #1", f"{defaults} #1"} in together
+    assert not any(f"{ladder} #2" in seen and f"{defaults} #1" in seen for seen in together)
+    assert {config: [v.label for v in verdicts] for config, verdicts in results.items()} == {
+        ladder: [f"{ladder} #1", f"{ladder} #2"],
+        defaults: [f"{defaults} #1", f"{defaults} #2"],
+    }
+    saved = sorted(
+        (History.load(path).meta["order"], History.load(path).meta["label"])
+        for path in tmp_path.glob("history-*.jsonl")
+    )
+    assert [label for _, label in saved] == [
+        f"{ladder} #1",
+        f"{ladder} #2",
+        f"{defaults} #1",
+        f"{defaults} #2",
+    ]
+    assert (tmp_path / "report.md").exists()
