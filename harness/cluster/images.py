@@ -13,6 +13,7 @@ input is never rebuilt, and editing a patch rebuilds only the patch layer.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -254,6 +255,36 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
             f"the series is pinned to Ray {pin.ray.version}; there is no "
             f"patched image of Ray {spec.version}."
         )
+    with one_build_at_a_time(str(spec)):
+        return _ensure_node_image(spec, pin)
+
+
+BUILD_LOCK = BUILD_DIR / "images.lock"
+
+
+@contextlib.contextmanager
+def one_build_at_a_time(what: str):
+    """Held while an image is looked for and built. Two harness processes on
+    one host (CI's image build and the tests it runs beside, two runs) would
+    otherwise both build what is missing, into the same scratch folders; the
+    second waits here and then finds the image built. A lock on an open file:
+    it goes with its holder, however that process ends."""
+    BUILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(BUILD_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            started = time.monotonic()
+            _log.info("image %s: another process on this host is building images; waiting", what)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            log.progress(_log, f"image {what}: the other build is done", started)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _ensure_node_image(spec: ImageSpec, pin: Pin) -> str:
     ray_tag = ensure_ray_layer(spec.version, pin)
     patches = read_series()
     tag = node_tag(spec, pin, ray_tag, patches)

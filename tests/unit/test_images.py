@@ -63,3 +63,36 @@ def test_patch_edit_changes_only_the_patched_tag(tmp_path: Path):
     assert before[0] == after[0]
     assert before[1] != after[1]
     assert node_tag(patched, pin, "rayspot-ray:x", [patch]) == after[1]  # deterministic
+
+
+def test_a_second_build_waits_for_the_first_even_after_it_failed(monkeypatch, tmp_path: Path):
+    import threading
+    import time
+
+    monkeypatch.setattr(images, "BUILD_LOCK", tmp_path / "images.lock")
+    events: list[str] = []
+    first_holds = threading.Event()
+
+    def first() -> None:
+        try:
+            with images.one_build_at_a_time("first"):
+                first_holds.set()
+                time.sleep(0.3)
+                events.append("first done")
+                raise RuntimeError("the build broke")
+        except RuntimeError:
+            pass
+
+    def second() -> None:
+        first_holds.wait()
+        with images.one_build_at_a_time("second"):
+            events.append("second in")
+
+    # Two threads, two opens of the lock file: flock keeps them apart as it
+    # keeps two processes apart.
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert events == ["first done", "second in"]
