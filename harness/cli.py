@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.core.cliargs import at_least_one
+
 
 def cmd_wheelhouse(args) -> None:
     from harness.core import wheels
@@ -452,17 +454,6 @@ script that needs it runs .venv/bin/python -m harness VERB instead.
 """
 
 
-def _at_least_one(text: str) -> int:
-    """An argparse type: a count of runs at once, which is 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number, 1 or more, not {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     # Raw, so the exit-code table keeps its lines; __doc__ is wrapped by hand.
     parser = argparse.ArgumentParser(
@@ -524,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario")
     p.add_argument(
         "--parallel",
-        type=_at_least_one,
+        type=at_least_one,
         default=1,
         help="run this many of its runs at once, each on its own cluster (default: 1, one "
         "after the other, each with the host to itself)",
@@ -604,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--parallel",
-        type=_at_least_one,
+        type=at_least_one,
         default=2,
         help="run this many at once, each on its own cluster (default: 2, each run number's "
         "two configurations side by side; 1: one after the other)",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core import log, proc, venv
+from harness.core.cliargs import at_least_one
 from harness.core.errors import HarnessError
 from harness.core.paths import VENV_DIR
 from harness.patches.overlay import serve_overlay
@@ -483,16 +484,6 @@ def format_table(results: list[MutationResult]) -> str:
     return "\n".join(lines)
 
 
-def _jobs(value: str) -> int:
-    try:
-        jobs = int(value)
-    except ValueError:
-        jobs = 0
-    if jobs < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of runs, 1 or more: {value!r}")
-    return jobs
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m harness.patches.mutation",
@@ -506,7 +497,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--jobs",
-        type=_jobs,
+        type=at_least_one,
         default=os.cpu_count() or 1,
         help="mutated test runs at a time (default: the number of CPUs, %(default)s)",
     )

@@ -201,4 +201,4 @@ def test_parallel_below_one_is_bad_usage(capsys, verb: list[str], count: str) ->
     with pytest.raises(SystemExit) as exit_:
         cli.main([*verb, "--parallel", count])
     assert exit_.value.code == 2
-    assert "--parallel: must be a whole number, 1 or more" in capsys.readouterr().err
+    assert "--parallel: must be a whole number of runs, 1 or more" in capsys.readouterr().err
