@@ -339,11 +339,17 @@ def test_failed_write_is_rolled_back_at_once(
 
 
 def test_sigint_is_deferred_during_commit() -> None:
+    # Ctrl-C as an interactive run has it: a test run started with SIGINT
+    # ignored (a background job) would pass that on, and nothing would raise.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     reached_end = False
-    with pytest.raises(KeyboardInterrupt):
-        with journal.signals_deferred():
-            os.kill(os.getpid(), signal.SIGINT)
-            reached_end = True
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with journal.signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                reached_end = True
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert reached_end
 
 
