@@ -264,18 +264,20 @@ BUILD_LOCK = BUILD_DIR / "images.lock"
 
 @contextlib.contextmanager
 def one_build_at_a_time(what: str):
-    """Held while an image is looked for and built. Two harness processes on
-    one host (CI's image build and the tests it runs beside, two runs) would
-    otherwise both build what is missing, into the same scratch folders; the
-    second waits here and then finds the image built. A lock on an open file:
-    it goes with its holder, however that process ends."""
+    """Held while an image is looked for and built. Two harness processes of
+    one checkout (CI's image build and the tests it runs beside, two runs)
+    would otherwise both build what is missing, into the same scratch folders
+    under build/; the second waits here and then finds the image built. A lock
+    on an open file: it goes with its holder, however that process ends."""
     BUILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
     with open(BUILD_LOCK, "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             started = time.monotonic()
-            _log.info("image %s: another process on this host is building images; waiting", what)
+            _log.info(
+                "image %s: another process of this checkout is building images; waiting", what
+            )
             fcntl.flock(lock, fcntl.LOCK_EX)
             log.progress(_log, f"image {what}: the other build is done", started)
         try:
