@@ -139,8 +139,9 @@ bench-keepalive: $(PY) ## what closing after streamed responses costs keep-alive
 
 SOAK_RUNS ?= 3
 SOAK_MINUTES ?= 10
-soak: $(PY) ## spot preemption every ~3 min under load, spot-notice ladder vs Ray defaults (SOAK_RUNS x SOAK_MINUTES each)
-	@$(call harness_run,$(HARNESS) soak --runs $(SOAK_RUNS) --minutes $(SOAK_MINUTES))
+SOAK_PARALLEL ?= 2
+soak: $(PY) ## spot preemption every ~3 min under load, spot-notice ladder vs Ray defaults (SOAK_RUNS x SOAK_MINUTES each, SOAK_PARALLEL at once)
+	@$(call harness_run,$(HARNESS) soak --runs $(SOAK_RUNS) --minutes $(SOAK_MINUTES) --parallel $(SOAK_PARALLEL))
 
 ladder-check: $(PY) ## check a timeout ladder, orderings A-J: make ladder-check FILE=examples/ladder/spot-notice-ladder.yaml
 	@test -n "$(FILE)" || { echo "usage: make ladder-check FILE=path.yaml (see examples/ladder/)" >&2; exit 2; }
