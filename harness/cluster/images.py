@@ -123,6 +123,11 @@ def base_tag() -> str:
 
 
 def ensure_base() -> str:
+    with one_build_at_a_time("base"):
+        return _ensure_base()
+
+
+def _ensure_base() -> str:
     tag = base_tag()
     if engine.image_exists(tag):
         return tag
@@ -216,6 +221,11 @@ def ray_layer_tag(version: str, pin: Pin, base: str) -> str:
 
 
 def ensure_ray_layer(version: str, pin: Pin) -> str:
+    with one_build_at_a_time(f"ray {version}"):
+        return _ensure_ray_layer(version, pin)
+
+
+def _ensure_ray_layer(version: str, pin: Pin) -> str:
     release = pin.release(version)
     house = wheels.ensure_wheelhouse(release)
     base = ensure_base()
@@ -255,31 +265,32 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
             f"the series is pinned to Ray {pin.ray.version}; there is no "
             f"patched image of Ray {spec.version}."
         )
-    with one_build_at_a_time(str(spec)):
+    with one_build_at_a_time(f"image {spec}"):
         return _ensure_node_image(spec, pin)
 
 
-BUILD_LOCK = BUILD_DIR / "images.lock"
+LOCK_DIR = BUILD_DIR / "locks"
 
 
 @contextlib.contextmanager
-def one_build_at_a_time(what: str):
-    """Held while an image is looked for and built. Two harness processes of
-    one checkout (CI's image build and the tests it runs beside, two runs)
-    would otherwise both build what is missing, into the same scratch folders
-    under build/; the second waits here and then finds the image built. A lock
-    on an open file: it goes with its holder, however that process ends."""
-    BUILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(BUILD_LOCK, "a") as lock:
+def one_build_at_a_time(layer: str):
+    """Held while one layer (`base`, `ray 2.60.0`, `image 2.60.0-patched`) is
+    looked for and built. Two harness processes of one checkout (CI's image
+    build and the tests it runs beside, two runs) would otherwise both build
+    what is missing, into the same scratch folders under build/; the second
+    waits here and then finds the layer built. One lock per layer, so a
+    process that needs only a built layer does not wait for another layer's
+    build; taken image, then ray, then base, always in that order. A lock on
+    an open file: it goes with its holder, however that process ends."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOCK_DIR / f"{layer.replace(' ', '-')}.lock", "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             started = time.monotonic()
-            _log.info(
-                "image %s: another process of this checkout is building images; waiting", what
-            )
+            _log.info("%s: another process of this checkout is building it; waiting", layer)
             fcntl.flock(lock, fcntl.LOCK_EX)
-            log.progress(_log, f"image {what}: the other build is done", started)
+            log.progress(_log, f"{layer}: the other build is done", started)
         try:
             yield
         finally:

@@ -69,13 +69,13 @@ def test_a_second_build_waits_for_the_first_even_after_it_failed(monkeypatch, tm
     import threading
     import time
 
-    monkeypatch.setattr(images, "BUILD_LOCK", tmp_path / "images.lock")
+    monkeypatch.setattr(images, "LOCK_DIR", tmp_path)
     events: list[str] = []
     first_holds = threading.Event()
 
     def first() -> None:
         try:
-            with images.one_build_at_a_time("first"):
+            with images.one_build_at_a_time("ray 2.60.0"):
                 first_holds.set()
                 time.sleep(0.3)
                 events.append("first done")
@@ -85,7 +85,7 @@ def test_a_second_build_waits_for_the_first_even_after_it_failed(monkeypatch, tm
 
     def second() -> None:
         first_holds.wait()
-        with images.one_build_at_a_time("second"):
+        with images.one_build_at_a_time("ray 2.60.0"):
             events.append("second in")
 
     # Two threads, two opens of the lock file: flock keeps them apart as it
@@ -96,3 +96,34 @@ def test_a_second_build_waits_for_the_first_even_after_it_failed(monkeypatch, tm
     for thread in threads:
         thread.join(timeout=10)
     assert events == ["first done", "second in"]
+
+
+def test_a_build_of_one_layer_does_not_hold_up_another(monkeypatch, tmp_path: Path):
+    import threading
+
+    monkeypatch.setattr(images, "LOCK_DIR", tmp_path)
+    release = threading.Event()
+    holds = threading.Event()
+
+    def other_build() -> None:
+        with images.one_build_at_a_time("ray 2.59.0"):
+            holds.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_build)
+    thread.start()
+    holds.wait(10)
+    try:
+        entered = threading.Event()
+
+        def needs_the_built_layer() -> None:
+            with images.one_build_at_a_time("image 2.60.0-patched"):
+                with images.one_build_at_a_time("ray 2.60.0"):
+                    with images.one_build_at_a_time("base"):
+                        entered.set()
+
+        threading.Thread(target=needs_the_built_layer, daemon=True).start()
+        assert entered.wait(5)
+    finally:
+        release.set()
+        thread.join(10)
