@@ -100,8 +100,11 @@ integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, 
 # are CPU work (~285 s here); the nemesis, smoke and interrupt tests mostly wait on
 # their clusters (~35-70% of the two cores, ~275 s). So those two groups run side
 # by side first, the CPU group in the background into $(FAST_LOG) (printed whole if
-# it failed). The scenarios, whose timing is part of what they judge, run after it
-# on a quiet host: with the CPU group beside them too, a run flaked.
+# it failed), at a lower CPU priority: the cluster tests are the longer lane and
+# wait on their clusters' timers, and on a fresh machine an image build that
+# runs beside (CI's) is what they wait for first. The scenarios, whose timing
+# is part of what they judge, run after it on a quiet host: with the CPU group
+# beside them too, a run flaked.
 # bash, since a background job of dash ignores SIGINT and so would every process
 # it starts (a Ctrl-C test among them); `trap - INT` gives the job Ctrl-C back.
 # pytest exits 2 when interrupted, not by the signal, so without `trap 'exit 130'
@@ -113,8 +116,8 @@ BESIDE_CPU_TESTS := tests/integration/test_nemesis.py tests/integration/test_smo
 test: SHELL := /bin/bash
 test: apply-patches ## every test: mutation check, unit and the patches' tests beside nemesis, smoke and interrupt, then the scenarios
 	@trap 'exit 130' INT; mkdir -p build; \
-	( trap - INT; $(MAKE) --no-print-directory mutation-check && \
-	  $(PY) -m pytest -v -p no:cacheprovider tests/unit $(PATCHED_TESTS) ) >$(FAST_LOG) 2>&1 & fast=$$!; \
+	( trap - INT; nice -n 10 $(MAKE) --no-print-directory mutation-check && \
+	  nice -n 10 $(PY) -m pytest -v -p no:cacheprovider tests/unit $(PATCHED_TESTS) ) >$(FAST_LOG) 2>&1 & fast=$$!; \
 	$(PY) -m pytest -s -v -p no:cacheprovider $(BESIDE_CPU_TESTS); beside=$$?; \
 	wait $$fast; fast_rc=$$?; \
 	echo "make test: the mutation check, unit tests and the patches' tests ran alongside (log: $(FAST_LOG)):"; \
