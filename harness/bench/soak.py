@@ -164,16 +164,14 @@ def soak(
         history.save(RESULTS_DIR / history_name(label))
         return history, verdict
 
-    done = runs.side_by_side(run, plan, parallel)
-    results: dict[str, list[checker.Verdict]] = {config: [] for config in CONFIGS}
-    recorded: dict[str, tuple[History, checker.Verdict]] = {}
-    for (config, _), (history, verdict) in sorted(
-        zip(plan, done, strict=True), key=lambda pair: pair[1][0].meta["order"]
-    ):
-        results[config].append(verdict)
-        recorded[history.meta["label"]] = (history, verdict)
+    done = dict(zip(plan, runs.side_by_side(run, plan, parallel), strict=True))
+    numbers = range(1, runs_each + 1)
+    recorded = {
+        history.meta["label"]: (history, verdict)
+        for history, verdict in (done[(config, n)] for config in CONFIGS for n in numbers)
+    }
     report.write_report(RESULTS_DIR, title, recorded)
-    return results
+    return {config: [done[(config, n)][1] for n in numbers] for config in CONFIGS}
 
 
 def print_soak(results: dict[str, list[checker.Verdict]]) -> None:

@@ -122,6 +122,34 @@ def base_tag() -> str:
     return f"rayspot-base:{SUITE}-{_digest(SUITE, ' '.join(PACKAGES), recipe)}"
 
 
+LOCK_DIR = BUILD_DIR / "locks"
+
+
+@contextlib.contextmanager
+def one_build_at_a_time(layer: str):
+    """Held while one layer (`base`, `ray 2.60.0`, `image 2.60.0-patched`) is
+    looked for and built. Two harness processes of one checkout (CI's image
+    build and the tests it runs beside, two runs) would otherwise both build
+    what is missing, into the same scratch folders under build/; the second
+    waits here and then finds the layer built. One lock per layer, so a
+    process that needs only a built layer does not wait for another layer's
+    build; taken image, then ray, then base, always in that order. A lock on
+    an open file: it goes with its holder, however that process ends."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    with open(LOCK_DIR / f"{layer.replace(' ', '-')}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            started = time.monotonic()
+            _log.info("%s: another process of this checkout is building it; waiting", layer)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            log.progress(_log, f"{layer}: the other build is done", started)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def ensure_base() -> str:
     with one_build_at_a_time("base"):
         return _ensure_base()
@@ -267,34 +295,6 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
         )
     with one_build_at_a_time(f"image {spec}"):
         return _ensure_node_image(spec, pin)
-
-
-LOCK_DIR = BUILD_DIR / "locks"
-
-
-@contextlib.contextmanager
-def one_build_at_a_time(layer: str):
-    """Held while one layer (`base`, `ray 2.60.0`, `image 2.60.0-patched`) is
-    looked for and built. Two harness processes of one checkout (CI's image
-    build and the tests it runs beside, two runs) would otherwise both build
-    what is missing, into the same scratch folders under build/; the second
-    waits here and then finds the layer built. One lock per layer, so a
-    process that needs only a built layer does not wait for another layer's
-    build; taken image, then ray, then base, always in that order. A lock on
-    an open file: it goes with its holder, however that process ends."""
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    with open(LOCK_DIR / f"{layer.replace(' ', '-')}.lock", "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            started = time.monotonic()
-            _log.info("%s: another process of this checkout is building it; waiting", layer)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            log.progress(_log, f"{layer}: the other build is done", started)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _ensure_node_image(spec: ImageSpec, pin: Pin) -> str:
