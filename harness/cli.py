@@ -24,46 +24,40 @@ def cmd_wheelhouse(args) -> None:
 
 
 def cmd_setup(args) -> None:
-    """Create .venv: the pinned Ray installed offline from the verified
-    wheelhouse first, then the project's own requirements."""
-    from harness.core import proc, wheels
-    from harness.core.errors import HarnessError
+    """Create .venv: the project's own requirements first, then the pinned Ray
+    installed offline from the verified wheelhouse. With --without-ray, stop
+    after the requirements: docker-py is then there, so the node images can
+    start building while the wheelhouse downloads (CI does that)."""
+    from harness.core import wheels
     from harness.core.paths import ROOT, VENV_DIR
     from harness.core.pin import load_pin
     from harness.core.venv import python_in
 
     release = load_pin().ray
-    house = wheels.ensure_wheelhouse(release)
     python = python_in(VENV_DIR)
-    steps = [
-        ([sys.executable, "-m", "venv", str(VENV_DIR)], not python.exists()),
-        (
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-index",
-                "--find-links",
-                str(house),
-                release.requirement,
-            ],
-            True,
-        ),
-        (
-            [str(python), "-m", "pip", "install", "--quiet", "-r", str(ROOT / "requirements.txt")],
-            True,
-        ),
-    ]
-    for cmd, needed in steps:
-        # pip's own output goes to the terminal: an install takes a while.
-        if needed and proc.run(cmd, capture=False).returncode != 0:
-            raise HarnessError(
-                f"`{' '.join(cmd)}` failed (see above). The venv at {VENV_DIR} "
-                f"may be incomplete; run `make setup` again to finish it."
-            )
+    _setup_step([sys.executable, "-m", "venv", str(VENV_DIR)], not python.exists())
+    requirements = ROOT / "requirements.txt"
+    _setup_step([str(python), "-m", "pip", "install", "--quiet", "-r", str(requirements)])
+    if args.without_ray:
+        print(f"setup: {VENV_DIR} has the project's requirements; Ray is not installed yet")
+        return
+    house = wheels.ensure_wheelhouse(release)
+    offline = ["--no-index", "--find-links", str(house)]
+    _setup_step([str(python), "-m", "pip", "install", "--quiet", *offline, release.requirement])
     print(f"setup: {VENV_DIR} has Ray {release.version} and the project's requirements")
+
+
+def _setup_step(cmd: list[str], needed: bool = True) -> None:
+    from harness.core import proc
+    from harness.core.errors import HarnessError
+    from harness.core.paths import VENV_DIR
+
+    # pip's own output goes to the terminal: an install takes a while.
+    if needed and proc.run(cmd, capture=False).returncode != 0:
+        raise HarnessError(
+            f"`{' '.join(cmd)}` failed (see above). The venv at {VENV_DIR} "
+            f"may be incomplete; run `make setup` again to finish it."
+        )
 
 
 def cmd_patches(args) -> None:
@@ -486,7 +480,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("versions", nargs="*", help="default: the pinned version")
     p.set_defaults(func=cmd_wheelhouse)
 
-    p = sub.add_parser("setup", help="create .venv with the pinned Ray and the requirements")
+    p = sub.add_parser("setup", help="create .venv: the project's requirements, the pinned Ray")
+    p.add_argument(
+        "--without-ray",
+        action="store_true",
+        help="only the project's requirements (docker-py among them): enough to build "
+        "the node images while Ray's wheels download; run setup again to add Ray",
+    )
     p.set_defaults(func=cmd_setup)
 
     p = sub.add_parser("patches", help="apply, revert, inspect or edit the patch series")

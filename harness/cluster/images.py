@@ -13,7 +13,6 @@ input is never rebuilt, and editing a patch rebuilds only the patch layer.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.cluster import engine
-from harness.core import log, proc, wheels
+from harness.core import locks, log, proc, wheels
 from harness.core.errors import HarnessError
 from harness.core.paths import BUILD_DIR, DOCKER_DIR
 from harness.core.pin import Pin, load_pin, read_series
@@ -122,36 +121,8 @@ def base_tag() -> str:
     return f"rayspot-base:{SUITE}-{_digest(SUITE, ' '.join(PACKAGES), recipe)}"
 
 
-LOCK_DIR = BUILD_DIR / "locks"
-
-
-@contextlib.contextmanager
-def one_build_at_a_time(layer: str):
-    """Held while one layer (`base`, `ray 2.60.0`, `image 2.60.0-patched`) is
-    looked for and built. Two harness processes of one checkout (CI's image
-    build and the tests it runs beside, two runs) would otherwise both build
-    what is missing, into the same scratch folders under build/; the second
-    waits here and then finds the layer built. One lock per layer, so a
-    process that needs only a built layer does not wait for another layer's
-    build; taken image, then ray, then base, always in that order. A lock on
-    an open file: it goes with its holder, however that process ends."""
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    with open(LOCK_DIR / f"{layer.replace(' ', '-')}.lock", "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            started = time.monotonic()
-            _log.info("%s: another process of this checkout is building it; waiting", layer)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            log.progress(_log, f"{layer}: the other build is done", started)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def ensure_base() -> str:
-    with one_build_at_a_time("base"):
+    with locks.one_at_a_time("base"):
         return _ensure_base()
 
 
@@ -249,14 +220,17 @@ def ray_layer_tag(version: str, pin: Pin, base: str) -> str:
 
 
 def ensure_ray_layer(version: str, pin: Pin) -> str:
-    with one_build_at_a_time(f"ray {version}"):
+    with locks.one_at_a_time(f"ray {version}"):
         return _ensure_ray_layer(version, pin)
 
 
 def _ensure_ray_layer(version: str, pin: Pin) -> str:
     release = pin.release(version)
-    house = wheels.ensure_wheelhouse(release)
+    # The base first: it needs no wheel, so on a fresh machine it builds while
+    # `harness setup` is still downloading the wheelhouse (CI starts the two
+    # together), and the wheelhouse is then there.
     base = ensure_base()
+    house = wheels.ensure_wheelhouse(release)
     tag = ray_layer_tag(version, pin, base)
     if engine.image_exists(tag):
         return tag
@@ -293,7 +267,7 @@ def ensure_node_image(spec: ImageSpec, pin: Pin | None = None) -> str:
             f"the series is pinned to Ray {pin.ray.version}; there is no "
             f"patched image of Ray {spec.version}."
         )
-    with one_build_at_a_time(f"image {spec}"):
+    with locks.one_at_a_time(f"image {spec}"):
         return _ensure_node_image(spec, pin)
 
 

@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from harness.core import log, proc
+from harness.core import locks, log, proc
 from harness.core.errors import HarnessError
 from harness.core.paths import WHEELHOUSE_DIR
 from harness.core.pin import RayRelease
@@ -40,6 +40,14 @@ def ensure_wheelhouse(release: RayRelease, python: str = sys.executable) -> Path
     The download goes to a temporary folder that is renamed into place only
     when complete, so an interrupted download never passes for a wheelhouse.
     """
+    # One download at a time: `harness setup` and an image build started beside
+    # it (CI) both need the pinned release's wheelhouse, and pip writing two
+    # downloads into one .partial folder would mix them.
+    with locks.one_at_a_time(f"wheelhouse {release.version}"):
+        return _ensure_wheelhouse(release, python)
+
+
+def _ensure_wheelhouse(release: RayRelease, python: str) -> Path:
     house = wheelhouse_for(release)
     if (house / _COMPLETE).exists():
         verify_ray_wheel(house, release)

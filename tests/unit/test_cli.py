@@ -202,3 +202,39 @@ def test_parallel_below_one_is_bad_usage(capsys, verb: list[str], count: str) ->
         cli.main([*verb, "--parallel", count])
     assert exit_.value.code == 2
     assert "--parallel: must be a whole number of runs, 1 or more" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ setup
+
+
+@pytest.fixture
+def setup_steps(monkeypatch, tmp_path: Path) -> list[str]:
+    """`harness setup` with its commands recorded, not run: what each installs."""
+    import harness.core.paths as paths
+    import harness.core.proc as proc
+    import harness.core.wheels as wheels
+
+    steps: list[str] = []
+
+    def run(cmd, capture=True):
+        steps.append("venv" if cmd[1:3] == ["-m", "venv"] else cmd[-1])
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(paths, "VENV_DIR", tmp_path / "venv")
+    monkeypatch.setattr(proc, "run", run)
+    monkeypatch.setattr(wheels, "ensure_wheelhouse", lambda release: steps.append("wheelhouse"))
+    return steps
+
+
+def test_setup_installs_the_requirements_before_ray(setup_steps) -> None:
+    # So that docker-py is there while Ray's wheels download (CI builds images then).
+    from harness.core.pin import load_pin
+
+    assert cli.main(["setup"]) == 0
+    requirements = str(ROOT / "requirements.txt")
+    assert setup_steps == ["venv", requirements, "wheelhouse", load_pin().ray.requirement]
+
+
+def test_setup_without_ray_downloads_no_wheel(setup_steps) -> None:
+    assert cli.main(["setup", "--without-ray"]) == 0
+    assert setup_steps == ["venv", str(ROOT / "requirements.txt")]
