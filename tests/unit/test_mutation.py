@@ -261,3 +261,18 @@ def test_jobs_must_be_one_or_more(capsys: pytest.CaptureFixture[str]) -> None:
             mutation.main(["--jobs", value])
         assert exit_info.value.code == 2
         assert "--jobs: must be a whole number of runs" in capsys.readouterr().err
+
+
+def test_a_mutated_run_starts_with_its_files_own_tests() -> None:
+    # With -x a run stops at its first failure, so the likeliest catcher goes
+    # first; the same tests run, in the same order otherwise.
+    args = ["-k", "push", "tests/test_metrics_push_bound.py", "tests/test_push_health_sender.py::t"]
+    replica = "ray/serve/_private/replica.py"
+    assert mutation._own_tests_first(args, replica) == [
+        "tests/test_push_health_sender.py::t",
+        "-k",
+        "push",
+        "tests/test_metrics_push_bound.py",
+    ]
+    assert mutation._own_tests_first(args, "ray/serve/_private/other.py") == args
+    assert set(mutation._TESTED_FIRST_BY) == {m.path for m in mutation.MUTATIONS}
