@@ -561,12 +561,20 @@ class Cluster:
 
     def _wait(self, ready, what: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while not ready():
+        while not self._ready_while_running(ready, what):
             if time.monotonic() > deadline:
                 raise HarnessError(
                     f"timed out after {timeout_s:.0f}s waiting for {what}. {self._diagnosis()}"
                 )
             time.sleep(1)
+
+    def _ready_while_running(self, ready, what: str) -> bool:
+        """`ready()`, unless a node it looks into has stopped: then the wait
+        can never end, and the error says which node stopped and why."""
+        try:
+            return ready()
+        except engine.NotRunning as exc:
+            raise HarnessError(f"gave up waiting for {what}: {exc}. {self._diagnosis()}") from None
 
     def _diagnosis(self) -> str:
         dead = []

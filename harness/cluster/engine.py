@@ -384,9 +384,25 @@ def unpause(container) -> None:
     container.unpause()
 
 
+class NotRunning(HarnessError):
+    """A command was to run in a container that is not running (it exited, or
+    is paused): no exit code can be had from it."""
+
+
 def exec_in(container, cmd: list[str], *, check: bool = True) -> tuple[int, str]:
-    """Run a command inside a container; output is stdout+stderr as text."""
-    code, out = container.exec_run(cmd, demux=False)
+    """Run a command inside a container; output is stdout+stderr as text.
+    Raises NotRunning, whatever `check`, when the container is not running."""
+    docker = docker_py()
+
+    try:
+        code, out = container.exec_run(cmd, demux=False)
+    except docker.errors.APIError as exc:
+        # The engine answers 409 Conflict to an exec in a stopped or paused container.
+        if exc.status_code != 409:
+            raise
+        raise NotRunning(
+            f"`{' '.join(cmd)}` cannot run in {container.name}: {exc.explanation or exc}"
+        ) from None
     text = (out or b"").decode(errors="replace")
     if check and code != 0:
         raise HarnessError(

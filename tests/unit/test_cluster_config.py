@@ -214,3 +214,20 @@ def test_metric_samples_are_read_with_their_labels():
     assert parse_samples(text, "ray_serve_absent_total") == []
     assert sample_total(text, "ray_serve_haproxy_reloads_total") == 53.0
     assert sample_total(text, "ray_serve_absent_total") == 0
+
+
+def test_a_head_that_exits_during_start_up_is_named_at_once_with_its_log(fake, monkeypatch):
+    # The GCS port probe runs in the head; once the head has exited, the engine
+    # refuses every exec. The wait must stop there, not run out its 60 s.
+    def refuse(container, cmd, *, check=True):
+        raise engine.NotRunning(f"`{cmd[0]}` cannot run in {container.name}: not running")
+
+    monkeypatch.setattr(engine, "exec_in", refuse)
+    monkeypatch.setattr(engine, "status", lambda container: "exited")
+    monkeypatch.setattr(engine, "logs", lambda container, tail: "ValueError: bad flag")
+    monkeypatch.setattr("time.sleep", lambda s: pytest.fail("waited for a node that had exited"))
+    with pytest.raises(HarnessError) as err:
+        Cluster(ClusterConfig(image="img", name="rayspot-exit", workers=0)).up()
+    message = str(err.value)
+    assert "gave up waiting for the head's GCS" in message
+    assert "-head is exited; last log lines:\nValueError: bad flag" in message

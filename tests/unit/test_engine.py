@@ -223,3 +223,29 @@ def test_create_network_moves_past_overlapping_subnets_only(monkeypatch):
     monkeypatch.setattr(engine, "client", lambda: FakeClient([docker.errors.APIError("denied")]))
     with pytest.raises(docker.errors.APIError, match="denied"):
         engine.create_network("c-net", {}, ["10.200.7.0/24"])
+
+
+class _ExecRefused:
+    name = "rayspot-x-head"
+
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+
+    def exec_run(self, cmd, demux=False):
+        import docker
+
+        response = SimpleNamespace(status_code=self.status_code, reason="", url="")
+        raise docker.errors.APIError("refused", response=response, explanation="is not running")
+
+
+def test_exec_in_a_stopped_container_says_it_is_not_running_even_unchecked():
+    with pytest.raises(engine.NotRunning, match="cannot run in rayspot-x-head: is not running"):
+        engine.exec_in(_ExecRefused(409), ["true"], check=False)
+
+
+def test_exec_in_passes_other_engine_errors_on():
+    import docker
+
+    with pytest.raises(docker.errors.APIError) as err:
+        engine.exec_in(_ExecRefused(500), ["true"])
+    assert not isinstance(err.value, engine.NotRunning)
