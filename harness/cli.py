@@ -251,7 +251,10 @@ def cmd_bench(args) -> None:
 def cmd_up(args) -> None:
     from harness.cluster import appconfigs, engine, images
     from harness.cluster.cluster import Cluster, ClusterConfig
+    from harness.core.errors import HarnessError
 
+    if args.workers < 0:
+        raise HarnessError(f"--workers must be 0 or more, not {args.workers}")
     leftovers = engine.labelled_containers(args.name)
     if leftovers and sys.stdin.isatty():
         names = ", ".join(sorted(c.name for c in leftovers))
@@ -275,7 +278,9 @@ def cmd_up(args) -> None:
     try:
         cluster.up()
         if not args.no_app:
-            cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app()))
+            # One replica per node, so that every node runs a Serve proxy.
+            nodes = args.workers + 1
+            cluster.deploy(appconfigs.deploy_config(appconfigs.echo_app(num_replicas=nodes)))
             cluster.wait_lb_ready()
     except BaseException:
         from harness.core import log
@@ -677,7 +682,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         if verb == "up":
             p.add_argument("--image", default="2.60.0-patched")
-            p.add_argument("--workers", type=int, default=2)
+            p.add_argument(
+                "--workers",
+                type=int,
+                default=2,
+                help="worker nodes beside the head (default: 2); the echo app gets "
+                "one replica on each node",
+            )
             p.add_argument(
                 "--port", type=int, default=18000, help="front LB port on 127.0.0.1 (0: a free one)"
             )

@@ -238,3 +238,41 @@ def test_setup_installs_the_requirements_before_ray(setup_steps) -> None:
 def test_setup_without_ray_downloads_no_wheel(setup_steps) -> None:
     assert cli.main(["setup", "--without-ray"]) == 0
     assert setup_steps == ["venv", str(ROOT / "requirements.txt")]
+
+
+def test_up_with_fewer_than_no_workers_is_2_before_docker(capsys) -> None:
+    assert cli.main(["up", "--workers", "-1"]) == 2
+    assert "--workers must be 0 or more, not -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 4])
+def test_up_deploys_one_echo_replica_per_node(monkeypatch, capsys, workers: int) -> None:
+    # With three replicas at one per node, a cluster of fewer than three nodes
+    # waited out the deploy's 180 s and failed.
+    from harness.cluster import cluster, engine, images
+
+    deployed = []
+
+    class FakeCluster:
+        url = "http://127.0.0.1:18000"
+
+        def __init__(self, config) -> None:
+            assert config.workers == workers
+
+        def up(self):
+            return self
+
+        def deploy(self, config):
+            deployed.append(config)
+
+        def wait_lb_ready(self) -> None:
+            pass
+
+    monkeypatch.setattr(engine, "labelled_containers", lambda name: [])
+    monkeypatch.setattr(images, "ensure_node_image", lambda spec: "img")
+    monkeypatch.setattr(cluster, "Cluster", FakeCluster)
+    assert cli.main(["up", "--workers", str(workers)]) == 0
+    [echo] = deployed[0]["applications"]
+    [deployment] = echo["deployments"]
+    assert deployment["num_replicas"] == workers + 1
+    assert deployment["max_replicas_per_node"] == 1
