@@ -103,7 +103,7 @@ integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, 
 # The unit and patches' tests spend most of their time waiting on HAProxy's
 # timers (135 s wall for 49 s of CPU one at a time), so they run on four pytest
 # workers: 55-60 s. The lane logs into $(FAST_LOG), printed whole if it failed.
-# Stage 1 took 199 s this way against 239 s with the smoke and interrupt tests
+# Stage 1 took 199-209 s this way against 239 s with the smoke and interrupt tests
 # after the nemesis tests and the unit tests one at a time. On a fresh machine
 # an image build runs beside (CI's); a cluster test waits for the layer it needs.
 # The scenarios, whose timing is part of what they judge, run after it on a quiet
