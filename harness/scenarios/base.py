@@ -376,6 +376,29 @@ def shutdowns_counted(config: RunConfig, history: History) -> str:
     return "; ".join(shown)
 
 
+# Observation: the front LB's error counters per node at the end of a run,
+# which say where a failed request through it met its error.
+LB_ERRORS = "front LB errors"
+
+
+def observe_lb_errors(cluster: Cluster, history: History) -> None:
+    """Record the front LB's error counters for each node, as of now."""
+    history.observe(LB_ERRORS, cluster.lb_server_errors(), time.time(), target="lb")
+
+
+def lb_errors(history: History) -> str:
+    """The front LB's nonzero error counters, by node, as a report row."""
+    reads = [e.detail["value"] for e in history.observed(LB_ERRORS)]
+    if not reads:
+        return "not recorded"
+    shown = []
+    for node, counts in sorted(reads[-1].items()):
+        nonzero = [f"{field} {n}" for field, n in counts.items() if n]
+        if nonzero:
+            shown.append(f"{node}: {', '.join(nonzero)}")
+    return "; ".join(shown) or "none"
+
+
 def observe_log_lines(
     history: History,
     cluster: Cluster,

@@ -33,8 +33,10 @@ from harness.scenarios.base import (
     Scenario,
     fact,
     haproxy_counted,
+    lb_errors,
     logged,
     observe_haproxy_counters,
+    observe_lb_errors,
     observe_log_lines,
 )
 
@@ -69,6 +71,8 @@ class SpotFacts(Facts):
     # (event, when it happened or None if not seen), from the notice to the kill
     timeline: list[tuple[str, float | None]] = fact("timeline")
     counted: str = fact("counted by the head's HAProxy manager during the preemption")
+    # Where a failed request met its error: the node's proxy, or the LB itself.
+    lb_errors: str = fact("front LB's errors, by node")
 
     def listed(self) -> dict:
         # report.md tables the timeline of every run side by side instead.
@@ -118,6 +122,7 @@ class SpotPreemption(Scenario[SpotFacts]):
             observe_haproxy_counters(cluster, history, BEFORE)
             outcome, first_503 = asyncio.run(self._experiment(cluster, target, history))
             observe_haproxy_counters(cluster, history, AFTER)
+            observe_lb_errors(cluster, history)
             history.observe(PREEMPTION, outcome, outcome["killed"])
             history.observe(FIRST_UNHEALTHY, first_503, first_503 or time.time())
             history.observe(DEATH, _wait_for_death(cluster, target_id), time.time())
@@ -214,6 +219,7 @@ class SpotPreemption(Scenario[SpotFacts]):
             death=death,
             timeline=rows,
             counted=haproxy_counted(config, history),
+            lb_errors=lb_errors(history),
         )
         return ImageRun(config.label, history, facts, config, checks=checks)
 

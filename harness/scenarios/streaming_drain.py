@@ -50,6 +50,8 @@ from harness.scenarios.base import (
     Scenario,
     fact,
     haproxy_starts,
+    lb_errors,
+    observe_lb_errors,
     watch_head_haproxy,
     with_dynamic_membership,
 )
@@ -61,9 +63,6 @@ IDLE_AFTER_RELOAD_S = 4.0  # the first idle connection's stream, after the head'
 IDLE_STAGGER_S = 0.4  # and the next ones, this much apart
 # Observation: the moment the idle connections' streams were due from.
 IDLE_FROM = "idle streams due from"
-# Observation: the front LB's error counters per node at the end of the run,
-# which say where a failed request through it met its error.
-LB_ERRORS = "front LB errors"
 LOOP, IDLE, PRIME = "stream loop", "idle stream", "prime"  # request kinds
 CHUNK_S = 0.2  # the echo app's stream sends a chunk this often
 
@@ -126,7 +125,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
             cluster.wait_lb_ready()
             target, _, _ = preemption_target(cluster)
             asyncio.run(self._experiment(cluster, target, history))
-            history.observe(LB_ERRORS, cluster.lb_server_errors(), time.time(), target="lb")
+            observe_lb_errors(cluster, history)
         return history
 
     async def _experiment(self, cluster: Cluster, target: Node, history: History) -> None:
@@ -252,7 +251,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
                 if idle_from and idle_from["first_reload"]
                 else "the middle of the drain (no reload)"
             ),
-            lb_errors=_lb_errors(history),
+            lb_errors=lb_errors(history),
         )
         failed = sum(not r.ok for r in history.requests)
         checks = [(f"no request failed ({failed} did)", failed == 0)]
@@ -272,16 +271,3 @@ class StreamingDrain(Scenario[StreamingFacts]):
                 f"{run.facts.failed_by_kind}; front LB's errors: {run.facts.lb_errors}"
             )
         return ok, findings
-
-
-def _lb_errors(history: History) -> str:
-    """The front LB's nonzero error counters, by node, as a report row."""
-    reads = [e.detail["value"] for e in history.observed(LB_ERRORS)]
-    if not reads:
-        return "not recorded"
-    shown = []
-    for node, counts in sorted(reads[-1].items()):
-        nonzero = [f"{field} {n}" for field, n in counts.items() if n]
-        if nonzero:
-            shown.append(f"{node}: {', '.join(nonzero)}")
-    return "; ".join(shown) or "none"

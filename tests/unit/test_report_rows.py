@@ -7,9 +7,14 @@ from harness.cluster.images import ImageSpec
 from harness.experiment.configs import RunConfig
 from harness.experiment.health import health_counters
 from harness.experiment.history import History
-from harness.scenarios.base import SHUTDOWN_COUNTERS, _shutdown_counters, shutdowns_counted
+from harness.scenarios.base import (
+    LB_ERRORS,
+    SHUTDOWN_COUNTERS,
+    _shutdown_counters,
+    lb_errors,
+    shutdowns_counted,
+)
 from harness.scenarios.health import COUNTED, _counted
-from harness.scenarios.streaming_drain import LB_ERRORS, _lb_errors
 
 PATCHED = RunConfig(ImageSpec("2.60.0", "patched"))
 STOCK = RunConfig(ImageSpec("2.60.0", "stock"))
@@ -115,7 +120,7 @@ def test_the_front_lb_row_shows_nonzero_errors_by_node():
         "c-worker-1": {"econ": 0, "eresp": 1, "cli_abrt": 0, "srv_abrt": 0},
         "c-head": {"econ": 0, "eresp": 0, "cli_abrt": 0, "srv_abrt": 0},
     }
-    assert _lb_errors(_history(LB_ERRORS, errors)) == "c-worker-1: eresp 1"
+    assert lb_errors(_history(LB_ERRORS, errors)) == "c-worker-1: eresp 1"
     quiet = {"c-head": {"econ": 0, "eresp": 0, "cli_abrt": 0, "srv_abrt": 0}}
-    assert _lb_errors(_history(LB_ERRORS, quiet)) == "none"
-    assert _lb_errors(_history(LB_ERRORS, None)) == "not recorded"
+    assert lb_errors(_history(LB_ERRORS, quiet)) == "none"
+    assert lb_errors(_history(LB_ERRORS, None)) == "not recorded"
