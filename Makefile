@@ -102,8 +102,8 @@ integration-test: $(PY) ## the main job: real clusters in Docker, real HAProxy, 
 # then the smoke and interrupt tests (~80 s, their clusters mostly waiting too).
 # The unit and patches' tests spend most of their time waiting on HAProxy's
 # timers (135 s wall for 49 s of CPU one at a time), so they run on four pytest
-# workers: 55-60 s. The lane logs into $(FAST_LOG), printed whole if it failed.
-# Stage 1 took 199-209 s this way against 239 s with the smoke and interrupt tests
+# workers: 59-70 s. The lane logs into $(FAST_LOG), printed whole if it failed.
+# Stage 1 took 199-220 s this way against 239 s with the smoke and interrupt tests
 # after the nemesis tests and the unit tests one at a time. On a fresh machine
 # an image build runs beside (CI's); a cluster test waits for the layer it needs.
 # The scenarios, whose timing is part of what they judge, run after it on a quiet
