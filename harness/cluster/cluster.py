@@ -403,8 +403,12 @@ class Cluster:
         return json.loads(lines[-1])
 
     def alive_ray_nodes(self) -> list[dict[str, Any]]:
+        """The GCS's alive nodes; none while it cannot answer yet (it may be
+        starting). A head that is not running never will: that goes up."""
         try:
             return [n for n in self.exec_head(["nodes"], check=False) if n["Alive"]]
+        except engine.NotRunning:
+            raise
         except HarnessError:
             return []
 

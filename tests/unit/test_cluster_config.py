@@ -231,3 +231,29 @@ def test_a_head_that_exits_during_start_up_is_named_at_once_with_its_log(fake, m
     message = str(err.value)
     assert "gave up waiting for the head's GCS" in message
     assert "-head is exited; last log lines:\nValueError: bad flag" in message
+
+
+def test_a_head_that_exits_once_the_workers_started_ends_the_nodes_alive_wait(fake, monkeypatch):
+    # Until the GCS answers, the agent's `nodes` may fail, and the wait asks
+    # again. A head that has exited will never answer: the wait must stop on
+    # the first refusal and name the head, not run out its 120 s.
+    answer = fake.exec_in
+
+    def head_gone_at_nodes(container, cmd, *, check=True):
+        if cmd[-1] == "nodes":
+            raise engine.NotRunning(f"`{cmd[0]}` cannot run in {container.name}: not running")
+        return answer(container, cmd, check=check)
+
+    monkeypatch.setattr(engine, "exec_in", head_gone_at_nodes)
+    monkeypatch.setattr(
+        engine,
+        "status",
+        lambda container: "exited" if container.name.endswith("-head") else "running",
+    )
+    monkeypatch.setattr("time.sleep", lambda s: pytest.fail("waited for a head that had exited"))
+    with pytest.raises(HarnessError) as err:
+        Cluster(ClusterConfig(image="img", name="rayspot-exit", workers=2)).up()
+    message = str(err.value)
+    assert "gave up waiting for 3 Ray nodes alive" in message
+    assert "-head is exited; last log lines:" in message
+    assert "-worker-1 is" not in message
