@@ -216,19 +216,27 @@ def test_metric_samples_are_read_with_their_labels():
     assert sample_total(text, "ray_serve_absent_total") == 0
 
 
+def _refuse(container, cmd, *, check=True):
+    """The engine's answer to an exec in a container that is not running."""
+    raise engine.NotRunning(f"`{cmd[0]}` cannot run in {container.name}: not running")
+
+
+def _up_gives_up(monkeypatch, workers: int) -> str:
+    """Start a cluster whose head has exited; the error, which must come
+    without one more second of waiting."""
+    monkeypatch.setattr("time.sleep", lambda s: pytest.fail("waited for a head that had exited"))
+    with pytest.raises(HarnessError) as err:
+        Cluster(ClusterConfig(image="img", name="rayspot-exit", workers=workers)).up()
+    return str(err.value)
+
+
 def test_a_head_that_exits_during_start_up_is_named_at_once_with_its_log(fake, monkeypatch):
     # The GCS port probe runs in the head; once the head has exited, the engine
     # refuses every exec. The wait must stop there, not run out its 60 s.
-    def refuse(container, cmd, *, check=True):
-        raise engine.NotRunning(f"`{cmd[0]}` cannot run in {container.name}: not running")
-
-    monkeypatch.setattr(engine, "exec_in", refuse)
+    monkeypatch.setattr(engine, "exec_in", _refuse)
     monkeypatch.setattr(engine, "status", lambda container: "exited")
     monkeypatch.setattr(engine, "logs", lambda container, tail: "ValueError: bad flag")
-    monkeypatch.setattr("time.sleep", lambda s: pytest.fail("waited for a node that had exited"))
-    with pytest.raises(HarnessError) as err:
-        Cluster(ClusterConfig(image="img", name="rayspot-exit", workers=0)).up()
-    message = str(err.value)
+    message = _up_gives_up(monkeypatch, workers=0)
     assert "gave up waiting for the head's GCS" in message
     assert "-head is exited; last log lines:\nValueError: bad flag" in message
 
@@ -237,12 +245,10 @@ def test_a_head_that_exits_once_the_workers_started_ends_the_nodes_alive_wait(fa
     # Until the GCS answers, the agent's `nodes` may fail, and the wait asks
     # again. A head that has exited will never answer: the wait must stop on
     # the first refusal and name the head, not run out its 120 s.
-    answer = fake.exec_in
-
     def head_gone_at_nodes(container, cmd, *, check=True):
         if cmd[-1] == "nodes":
-            raise engine.NotRunning(f"`{cmd[0]}` cannot run in {container.name}: not running")
-        return answer(container, cmd, check=check)
+            _refuse(container, cmd)
+        return fake.exec_in(container, cmd, check=check)
 
     monkeypatch.setattr(engine, "exec_in", head_gone_at_nodes)
     monkeypatch.setattr(
@@ -250,10 +256,7 @@ def test_a_head_that_exits_once_the_workers_started_ends_the_nodes_alive_wait(fa
         "status",
         lambda container: "exited" if container.name.endswith("-head") else "running",
     )
-    monkeypatch.setattr("time.sleep", lambda s: pytest.fail("waited for a head that had exited"))
-    with pytest.raises(HarnessError) as err:
-        Cluster(ClusterConfig(image="img", name="rayspot-exit", workers=2)).up()
-    message = str(err.value)
+    message = _up_gives_up(monkeypatch, workers=2)
     assert "gave up waiting for 3 Ray nodes alive" in message
     assert "-head is exited; last log lines:" in message
     assert "-worker-1 is" not in message
