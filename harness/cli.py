@@ -529,7 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--image",
         action="append",
         default=[],
-        help="repeat; the last is the one under test (default: 2.59.0-stock, 2.60.0-patched)",
+        help="repeat; the last is the one under test (default: the scenario's own; "
+        "most run the pinned Ray stock, then patched)",
     )
     p.add_argument(
         "--scale",
