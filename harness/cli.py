@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.core.cliargs import at_least_one
+from harness.core.cliargs import at_least_one, worker_count
 
 
 def cmd_wheelhouse(args) -> None:
@@ -251,10 +251,7 @@ def cmd_bench(args) -> None:
 def cmd_up(args) -> None:
     from harness.cluster import appconfigs, engine, images
     from harness.cluster.cluster import Cluster, ClusterConfig
-    from harness.core.errors import HarnessError
 
-    if args.workers < 0:
-        raise HarnessError(f"--workers must be 0 or more, not {args.workers}")
     leftovers = engine.labelled_containers(args.name)
     if leftovers and sys.stdin.isatty():
         names = ", ".join(sorted(c.name for c in leftovers))
@@ -685,7 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--image", default="2.60.0-patched")
             p.add_argument(
                 "--workers",
-                type=int,
+                type=worker_count,
                 default=2,
                 help="worker nodes beside the head (default: 2); the echo app gets "
                 "one replica on each node",

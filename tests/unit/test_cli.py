@@ -240,9 +240,13 @@ def test_setup_without_ray_downloads_no_wheel(setup_steps) -> None:
     assert setup_steps == ["venv", str(ROOT / "requirements.txt")]
 
 
-def test_up_with_fewer_than_no_workers_is_2_before_docker(capsys) -> None:
-    assert cli.main(["up", "--workers", "-1"]) == 2
-    assert "--workers must be 0 or more, not -1" in capsys.readouterr().err
+@pytest.mark.parametrize("count", ["-1", "two"])
+def test_up_with_fewer_than_no_workers_is_bad_usage_before_docker(capsys, count: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["up", "--workers", count])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--workers: must be a whole number of worker nodes, 0 or more, not '{count}'" in err
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2, 4])
