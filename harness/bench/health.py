@@ -1,9 +1,10 @@
 """`make bench-health`: what health checking costs the Serve controller, pull
 probes against push-based health, side by side in one run and at several sizes.
 
-One patched cluster (a head and two workers) holds two copies of the echo app,
-N zero-CPU replicas each: one whose replicas have RAY_SERVE_ENABLE_PUSH_HEALTH
-off (the controller probes them, as stock 2.60.0 does), one with it on (they
+One patched cluster (a head and two workers, RAY_SERVE_ENABLE_PUSH_HEALTH on
+for the controller and the proxies) holds two copies of the echo app, N
+zero-CPU replicas each: one whose replicas have the flag off in their runtime
+env (the controller probes them, as stock 2.60.0 does), one with it on (they
 report to their node's proxy, which batches for the controller). A mode only
 changes health periods, so no replica restarts between modes:
 
@@ -48,7 +49,7 @@ from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
-from harness.experiment.configs import FAST_METRICS
+from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH
 from harness.experiment.health import (
     PERIOD_S,
     TIMEOUT_S,
@@ -134,7 +135,9 @@ def _cluster(tag: str) -> Cluster:
             image=tag,
             name="rayspot-bench-health",
             workers=2,
-            env=FAST_METRICS,
+            # Push health on for the controller and the proxies (they keep the
+            # registry and the relays); each app's replicas set their own flag.
+            env={**FAST_METRICS, **PUSH_HEALTH},
             worker_resources={"w": 10},
             metrics_port=METRICS_PORT,
         )

@@ -105,6 +105,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "self._arrived_checks < expected_arrivals",
     ),
     Mutation(
+        "rate window spans several periods",
+        _DEPLOYMENT_STATE,
+        "            PUSH_HEALTH_ARRIVAL_WINDOW_PERIODS * longest_period_s,\n",
+        "            0.0,\n",
+    ),
+    Mutation(
         "rate window",
         _DEPLOYMENT_STATE,
         "        while self._arrivals and self._arrivals[0][0] <= cutoff:\n"
@@ -172,8 +178,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "unhealthy or exited replicas visited in the next loop",
         _DEPLOYMENT_STATE,
-        "            for unique_id in self._health_push_registry.urgent_replica_ids:\n",
-        "            for unique_id in ():\n",
+        "        for unique_id in registry.urgent_replica_ids:\n",
+        "        for unique_id in ():\n",
     ),
     Mutation(
         "threshold latch",
