@@ -56,7 +56,7 @@ export-patches: $(PY) ## write build/ray-src's commits back to patches/ and patc
 check-patches: $(PY) ## fail unless patches/ is exactly what an export writes, from a workspace built afresh from the pinned wheel (needs no build/ray-src; for CI)
 	@$(call harness_run,$(HARNESS) patches export --check --fresh)
 
-.PHONY: pr-branches pr-body upstream-lint rebase-check
+.PHONY: pr-branches pr-body upstream-lint upstream-tests rebase-check
 pr-branches: $(PY) ## one stacked, tested branch per patch on a Ray checkout at the pin: make pr-branches RAY_SRC=path [FORCE=1]
 	@test -n "$(RAY_SRC)" || { echo "usage: make pr-branches RAY_SRC=/path/to/ray [FORCE=1] (a stand-in: python -m harness upstream standin)" >&2; exit 2; }
 	@$(call harness_run,$(HARNESS) upstream branches $(RAY_SRC) $(if $(FORCE),--force))
@@ -67,6 +67,9 @@ pr-body: $(PY) ## a patch's PR description with the latest harness results: make
 
 upstream-lint: $(PY) ## Ray's own lint over what the series adds or changes: ruff and black at Ray's pins, pydoclint (new violations), docstyle, the pytest trailer
 	@$(call harness_run,$(HARNESS) upstream lint)
+
+upstream-tests: $(PY) ## Ray's own unit tests of the files the series changes, stock vs patched, flags off and on (files in build/upstream-tests/; FETCH_FROM=/path/to/ray-clone to get them)
+	@$(call harness_run,$(HARNESS) upstream tests $(if $(FETCH_FROM),--fetch-from $(FETCH_FROM)))
 
 rebase-check: $(PY) ## does each patch apply to, and pass on, another release: make rebase-check RAY_VERSION=2.59.0
 	@test -n "$(RAY_VERSION)" || { echo "usage: make rebase-check RAY_VERSION=x.y.z (a release patches/PIN names)" >&2; exit 2; }

@@ -381,6 +381,15 @@ def cmd_upstream(args) -> None:
                 f"patches/PIN records, so only those releases can be "
                 f"checked."
             ) from exc
+    if args.action == "tests":
+        from harness.upstream import ray_tests
+
+        # The files are checked before anything is downloaded or built.
+        manifest = ray_tests.load_manifest()
+        if args.fetch_from:
+            ray_tests.fetch_from_checkout(manifest.files, Path(args.fetch_from))
+            print(f"fetched {len(manifest.files)} files into {ray_tests.FILES_DIR}")
+        ray_tests.check_files(manifest.files)
     pinned_house = wheels.ensure_wheelhouse(pin.ray)
     pinned_wheel = wheels.verify_ray_wheel(pinned_house, pin.ray)
     # Each action below gets the result of its own kind.
@@ -406,6 +415,16 @@ def cmd_upstream(args) -> None:
                 f"tests failed on {', '.join(r.name for r in result.failed)} "
                 f"(see above); the branches were created. Fix the patch in "
                 f"the workspace, export it, and run again with --force."
+            )
+    elif args.action == "tests":
+        env = testenv.ensure_test_env(pin.ray, pinned_house, manifest.requirements)
+        tests_report = ray_tests.run_ray_tests(env, pinned_wheel, read_series(), manifest)
+        print(tests_report.format())
+        if not tests_report.ok:
+            raise VerdictFailed(
+                "upstream tests: a test of Ray's that passes on stock does not pass "
+                "on the patched tree (listed above). Fix the patch in the workspace "
+                "(make workspace), export it (make export-patches) and run again."
             )
     elif args.action == "lint":
         from harness.upstream import lint
@@ -655,6 +674,23 @@ def build_parser() -> argparse.ArgumentParser:
         "Ray's pins and settings, pydoclint (only violations the pinned file does not "
         "already have count), Ray's docstyle rule and the pytest trailer. Exit 1 on any "
         "finding.",
+    )
+    c = upstream.add_parser(
+        "tests",
+        help="Ray's own unit tests of the files the series changes, stock vs patched "
+        "with the series' flags off and on",
+        description="Run Ray's own test files (harness/upstream/ray-tests.toml names "
+        "each, with its upstream commit and sha256; they live untracked in "
+        "build/upstream-tests/) on the pinned wheel's serve tree, then on it with the "
+        "series applied, with every boolean setting the series adds off, then on. "
+        "Exit 1 if a test that passes on stock does not pass patched; exit 2 if the "
+        "files are missing (the message says how to get them).",
+    )
+    c.add_argument(
+        "--fetch-from",
+        metavar="RAY_CLONE",
+        help="first copy the files from a clone of Ray's repository (each at its "
+        "commit, sha256-checked)",
     )
     c = upstream.add_parser(
         "standin",

@@ -11,12 +11,13 @@ installed is ever written to.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from harness.core import log, proc
@@ -78,19 +79,26 @@ def _env_of(venv: Path) -> TestEnv:
     return TestEnv(python_in(venv), site_packages(venv, fix="remove it and run again"))
 
 
-def ensure_test_env(release: RayRelease, house: Path) -> TestEnv:
+def ensure_test_env(release: RayRelease, house: Path, extra: Sequence[str] = ()) -> TestEnv:
     """The cached test venv of `release`: its wheelhouse installed offline plus
-    pytest, built once (about 30 s) and never modified afterwards."""
+    pytest and the pinned requirements `extra` (what Ray's own tests import
+    beyond the release: `httpx==0.28.1`), built once (about 30 s) and never
+    modified afterwards. Each set of extras has a venv of its own."""
     requirement = _pytest_requirement()
+    requirements = [requirement, *extra]
     stamp = {"ray": release.version, "wheel_sha256": release.sha256, "pytest": requirement}
-    venv = TEST_VENVS_DIR / f"ray-{release.version}"
-    tools = ensure_requirement_wheelhouse(requirement)
+    name = f"ray-{release.version}"
+    if extra:
+        stamp["extra"] = " ".join(extra)
+        name += "-" + hashlib.sha256(stamp["extra"].encode()).hexdigest()[:8]
+    venv = TEST_VENVS_DIR / name
+    tools = [ensure_requirement_wheelhouse(r) for r in requirements]
     started = time.monotonic()
-    _log.info("test venv: Ray %s and %s in %s", release.version, requirement, venv)
+    _log.info("test venv: Ray %s and %s in %s", release.version, ", ".join(requirements), venv)
     ensure_offline_venv(
         venv,
-        [release.requirement, requirement],
-        [house, tools],
+        [release.requirement, *requirements],
+        [house, *tools],
         stamp,
         verify=lambda built: check_installed(_env_of(built).site, release),
     )
@@ -109,6 +117,10 @@ class TestCounts:
     failed: int = 0
     errors: int = 0
     skipped: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed + self.errors + self.skipped
 
     def add(self, other: TestCounts) -> TestCounts:
         return TestCounts(
@@ -140,6 +152,9 @@ class TestRun:
     by_file: dict[str, TestCounts]
     exit_code: int
     output: str
+    # Each test's outcome ("passed", "failed", "error", "skipped") by its id,
+    # `file::Class::name[params]`.
+    outcomes: dict[str, str] = field(default_factory=dict)
 
     def counts(self, files: Sequence[str]) -> TestCounts:
         total = TestCounts()
@@ -152,27 +167,53 @@ class TestRun:
         return self.exit_code == 0
 
 
-def _junit_counts(report: Path) -> dict[str, TestCounts]:
+def _junit_results(report: Path) -> tuple[dict[str, TestCounts], dict[str, str]]:
+    """Counts per file and each test's outcome, from pytest's JUnit report."""
     by_file: dict[str, TestCounts] = {}
+    outcomes: dict[str, str] = {}
     if not report.is_file():
-        return by_file
+        return by_file, outcomes
     for case in ET.parse(report).iter("testcase"):
-        counts = by_file.setdefault(case.get("file") or "?", TestCounts())
+        file = case.get("file") or "?"
+        counts = by_file.setdefault(file, TestCounts())
         tags = {child.tag for child in case}
         if "error" in tags:
             counts.errors += 1
+            outcome = "error"
         elif "failure" in tags:
             counts.failed += 1
+            outcome = "failed"
         elif "skipped" in tags:
             counts.skipped += 1
+            outcome = "skipped"
         else:
             counts.passed += 1
-    return by_file
+            outcome = "passed"
+        # xunit1 names the class by its dotted module path; the last part
+        # that is not the module's is the test class, if any.
+        classname = case.get("classname") or ""
+        module = file.removesuffix(".py").replace("/", ".")
+        inner = classname.removeprefix(module).lstrip(".")
+        test_id = "::".join(part for part in (file, inner, case.get("name") or "?") if part)
+        # A test that fails in its teardown is reported twice; the worse wins.
+        if outcomes.get(test_id) not in ("failed", "error"):
+            outcomes[test_id] = outcome
+    return by_file, outcomes
 
 
-def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Path) -> TestRun:
+def run_tests(
+    env: TestEnv,
+    serve_tree: Path,
+    tests: Sequence[str],
+    scratch: Path,
+    extra_env: Mapping[str, str] | None = None,
+    plugins: Sequence[str] = (),
+) -> TestRun:
     """Run `tests` (site-packages-relative paths) with `serve_tree` as `ray.serve`
-    over the Ray in `env`, through an overlay (`harness.patches.overlay`)."""
+    over the Ray in `env`, through an overlay (`harness.patches.overlay`), with
+    `extra_env` added to the environment and the pytest `plugins` loaded
+    (plugins are never loaded on their own: the run must not depend on what
+    else the venv has)."""
     with serve_overlay(env.site, serve_tree, scratch) as root:
         # An empty ini of our own: the test run must not pick up this project's
         # pytest settings, or any ini above the scratch folder.
@@ -187,6 +228,7 @@ def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Pat
             PYTHONNOUSERSITE="1",
             PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
         )
+        run_env.update(extra_env or {})
         # --disable-warnings: Ray's own deprecation warnings would bury the failures.
         cmd = [
             str(env.python),
@@ -205,6 +247,7 @@ def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Pat
             # pytest would otherwise keep the last three under /tmp.
             f"--basetemp={root / 'tmp'}",
             "--continue-on-collection-errors",
+            *(arg for plugin in plugins for arg in ("-p", plugin)),
             "-o",
             "junit_family=xunit1",
             f"--junitxml={report}",
@@ -213,14 +256,17 @@ def run_tests(env: TestEnv, serve_tree: Path, tests: Sequence[str], scratch: Pat
         try:
             result = proc.run(cmd, cwd=root, env=run_env, timeout=_TEST_TIMEOUT_S)
         except proc.TimeoutExpired as exc:
+            by_file, outcomes = _junit_results(report)
             return TestRun(
-                _junit_counts(report),
+                by_file,
                 -1,
                 f"pytest did not finish within {_TEST_TIMEOUT_S}s:\n{(exc.output or '')[-3000:]}",
+                outcomes,
             )
         # The scratch folder is gone when this is read; its paths only add noise.
         output = output_tail(result, 6000).replace(f"{root}/", "")
-        return TestRun(_junit_counts(report), result.returncode, output)
+        by_file, outcomes = _junit_results(report)
+        return TestRun(by_file, result.returncode, output, outcomes)
 
 
 @dataclass
