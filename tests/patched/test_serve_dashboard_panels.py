@@ -75,3 +75,20 @@ def test_the_dashboard_generates_with_unique_ids_and_places():
     assert len({p["id"] for p in panels}) == len(panels)
     places = [(p["gridPos"]["x"], p["gridPos"]["y"]) for p in panels]
     assert len(set(places)) == len(places)
+
+
+def test_a_panel_of_the_series_stacks_only_parts_of_one_whole():
+    # Stacked series add up: a panel whose targets query different metrics
+    # (probes sent and probes deferred, calls and reports) would show their
+    # sum, which means nothing. One metric split by a tag may stack.
+    added = _series_metrics()
+    stacked = []
+    for panel in SERVE_GRAFANA_PANELS:
+        names = {
+            name
+            for target in panel.targets
+            for name in re.findall(r"\bray_(serve_[a-z0-9_]+?)(?:_total|_bucket)?\b", target.expr)
+        }
+        if names & added and len(names) > 1 and panel.stack:
+            stacked.append(panel.title)
+    assert stacked == []
