@@ -178,8 +178,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "unhealthy or exited replicas visited in the next loop",
         _DEPLOYMENT_STATE,
-        "        for unique_id in registry.urgent_replica_ids:\n",
-        "        for unique_id in ():\n",
+        "        urgent = registry.urgent_replica_ids\n",
+        "        urgent = set()\n",
     ),
     Mutation(
         "threshold latch",
