@@ -7,7 +7,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from test_upstream import env, git, make_series, wheel  # noqa: F401
+from test_upstream import env, git, make_series, wheel, write_files  # noqa: F401
 
 from harness.core.errors import HarnessError
 from harness.upstream import ray_tests
@@ -43,20 +43,17 @@ CLEAN = ("[Serve] Touch the router\n", {ROUTER: "ROUTE = 'first'  # unchanged\n"
 
 
 def manifest_for(root: Path, files: dict[str, str] = UPSTREAM) -> Manifest:
-    entries = []
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        entries.append(
-            UpstreamFile(
-                path=rel,
-                commit="a" * 40,
-                sha256=hashlib.sha256(text.encode()).hexdigest(),
-                covers="router.py",
-                run=Path(rel).name.startswith("test_"),
-            )
+    write_files(root, files)
+    entries = [
+        UpstreamFile(
+            path=rel,
+            commit="a" * 40,
+            sha256=hashlib.sha256(text.encode()).hexdigest(),
+            covers="router.py",
+            run=Path(rel).name.startswith("test_"),
         )
+        for rel, text in files.items()
+    ]
     return Manifest(entries, [], [])
 
 
@@ -139,21 +136,30 @@ def test_missing_and_changed_files_are_named_with_how_to_fetch(tmp_path: Path) -
     assert error.value.exit_code == 2
 
 
-def test_fetched_from_a_clone_at_each_files_commit(tmp_path: Path) -> None:
+def clone_with(tmp_path: Path, files: dict[str, str]) -> tuple[Path, str]:
+    """A git repository standing in for a clone of Ray's, holding `files` in
+    one commit; returns it and that commit."""
     clone = tmp_path / "ray"
     clone.mkdir()
     git(clone, "init", "-q", "-b", "master")
-    for rel, text in UPSTREAM.items():
-        (clone / rel).parent.mkdir(parents=True, exist_ok=True)
-        (clone / rel).write_text(text)
+    write_files(clone, files)
     git(clone, "add", "-A")
     git(clone, "commit", "-q", "-m", "tests")
-    commit = git(clone, "rev-parse", "HEAD")
+    return clone, git(clone, "rev-parse", "HEAD")
+
+
+def upstream_files_at(tmp_path: Path, commit: str) -> list[UpstreamFile]:
+    """UPSTREAM's files as the manifest records them, taken at `commit`."""
+    manifest = manifest_for(tmp_path / "expected")
+    return [UpstreamFile(f.path, commit, f.sha256, f.covers, f.run) for f in manifest.files]
+
+
+def test_fetched_from_a_clone_at_each_files_commit(tmp_path: Path) -> None:
+    clone, commit = clone_with(tmp_path, UPSTREAM)
     # A later commit changes a file: the manifest's commit is what is fetched.
     (clone / HELPER).write_text("EXPECTED = 'later'\n")
     git(clone, "commit", "-q", "-am", "later")
-    manifest = manifest_for(tmp_path / "expected")
-    files = [UpstreamFile(f.path, commit, f.sha256, f.covers, f.run) for f in manifest.files]
+    files = upstream_files_at(tmp_path, commit)
     dest = tmp_path / "fetched"
     ray_tests.fetch_from_checkout(files, clone, dest)
     assert ray_tests.problems(files, dest) == []
@@ -161,17 +167,8 @@ def test_fetched_from_a_clone_at_each_files_commit(tmp_path: Path) -> None:
 
 
 def test_a_clone_with_other_contents_writes_nothing(tmp_path: Path) -> None:
-    clone = tmp_path / "ray"
-    clone.mkdir()
-    git(clone, "init", "-q", "-b", "master")
-    for rel in UPSTREAM:
-        (clone / rel).parent.mkdir(parents=True, exist_ok=True)
-        (clone / rel).write_text("# not Ray's file\n")
-    git(clone, "add", "-A")
-    git(clone, "commit", "-q", "-m", "other")
-    commit = git(clone, "rev-parse", "HEAD")
-    manifest = manifest_for(tmp_path / "expected")
-    files = [UpstreamFile(f.path, commit, f.sha256, f.covers, f.run) for f in manifest.files]
+    clone, commit = clone_with(tmp_path, dict.fromkeys(UPSTREAM, "# not Ray's file\n"))
+    files = upstream_files_at(tmp_path, commit)
     dest = tmp_path / "fetched"
     with pytest.raises(HarnessError, match="Nothing was written"):
         ray_tests.fetch_from_checkout(files, clone, dest)
