@@ -1,8 +1,8 @@
 """`make bench-membership`: what a replica change costs HAProxy, stock 2.60.0
 against the patched image's two membership paths, side by side in one run:
-server slots (patch 0007, RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED) and
-runtime servers (patch 0012, RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED), both
-in master-worker mode (patch 0010).
+server slots (patch 0006, RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED) and
+runtime servers (patch 0011, RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED), both
+in master-worker mode (patch 0009).
 
 Two parts.
 

@@ -186,6 +186,10 @@ class Ladder:
     # `option idle-close-on-response`: a soft-stopped worker keeps an idle
     # keep-alive connection for one last request instead of closing it (C).
     haproxy_idle_close_on_response: bool = True
+    # RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE (patch 0010, off by
+    # default): a stream running at a reload leaves no reusable connection, so
+    # the client's next request cannot follow it into the stale worker (C).
+    haproxy_close_after_streamed_response: bool = True
     haproxy_timeout_connect_s: int | None = RAY_TIMEOUT_CONNECT_DEFAULT_S
     haproxy_retries: int | None = None  # None: HAProxy's default
     min_draining_s: float = 30.0  # RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S
@@ -294,7 +298,7 @@ class Ladder:
                 "RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S": str(self.haproxy_hard_stop_after_s or 0),
                 "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": _env_num(self.min_draining_s),
                 "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S": _env_num(self.proxy_min_draining_s),
-                # Patch 0005 sizes an ingress replica's force-kill budget as MIN + request
+                # Patch 0004 sizes an ingress replica's force-kill budget as MIN + request
                 # timeout + wait loop + this buffer; set to the ladder's margin, that is
                 # ordering E's right-hand side, so the patched budget is exactly the gst
                 # the ladder gives. Stock Ray has the buffer hard-coded and ignores it.
@@ -305,6 +309,9 @@ class Ladder:
         # starts nodes with the env the scenarios have always used.
         if self.haproxy_close_spread_s is not None:
             env["RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S"] = str(self.haproxy_close_spread_s)
+        if self.haproxy_close_after_streamed_response:
+            # Stock Ray ignores it.
+            env["RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE"] = "1"
         if self.haproxy_timeout_connect_s != RAY_TIMEOUT_CONNECT_DEFAULT_S:
             env["RAY_SERVE_HAPROXY_TIMEOUT_CONNECT_S"] = str(self.haproxy_timeout_connect_s or 0)
         if self.haproxy_retries is not None:
@@ -443,12 +450,14 @@ class Ladder:
         stop: nothing cuts that request."""
         if not self.haproxy_hard_stop_after_s:
             return None
-        if self.haproxy_close_spread_s is None and not self.haproxy_idle_close_on_response:
+        # HAProxy reads `close-spread-time 0s` as not set.
+        spread_s = self.haproxy_close_spread_s or None
+        if spread_s is None and not self.haproxy_idle_close_on_response:
             # Without `option idle-close-on-response` HAProxy closes idle
             # connections at the soft stop itself.
             return None
-        if self.haproxy_close_spread_s is not None:
-            window_s = self.haproxy_close_spread_s
+        if spread_s is not None:
+            window_s = spread_s
             window = Term("close-spread-time", window_s)
         else:
             window_s = self.haproxy_hard_stop_after_s
@@ -458,15 +467,29 @@ class Ladder:
                 text=f"close-spread-time unset (idle connections kept until "
                 f"hard-stop-after {format_number(window_s)})",
             )
-        if self.keep_alive_timeout_s < window_s:
+        # `timeout http-keep-alive 0s` is not set either: it ends nothing.
+        if 0 < self.keep_alive_timeout_s < window_s:
             return Term("keep-alive timeout", self.keep_alive_timeout_s)
         return window
 
     def _c(self) -> Ordering:
         hard_stop = self._haproxy_limit(self.haproxy_hard_stop_after_s, "hard-stop-after")
+        # A request in flight at the reload ends at whichever of its timeouts
+        # fires first: with request_timeout_s set, the replica's 408 (streams
+        # included) ends it, whatever `timeout server` is.
+        request = self._limit(self.request_timeout_s, "request_timeout_s")
+        server = self._haproxy_limit(self.haproxy_timeout_server_s, "timeout server")
+        # Both are known: _limit gives math.inf for an unset one.
+        first_s = min(request.value or 0.0, server.value or 0.0)
         checks = [
             _compare(
-                [self._haproxy_limit(self.haproxy_timeout_server_s, "timeout server")],
+                [
+                    Term(
+                        "first timeout",
+                        first_s,
+                        text=f"first of {request.render()} and {server.render()}",
+                    )
+                ],
                 "<",
                 [hard_stop],
             )
@@ -486,8 +509,8 @@ class Ladder:
             )
         return Ordering(
             "C",
-            "timeout server < hard-stop-after: a request on a soft-stopped "
-            "worker ends by a timeout, not a cut connection",
+            "first of request_timeout_s and timeout server < hard-stop-after: a "
+            "request on a soft-stopped worker ends by a timeout, not a cut connection",
             tuple(checks),
             tuple(notes),
         )

@@ -38,14 +38,13 @@ _log = log.get(__name__)
 
 _DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
 _REPLICA = "ray/serve/_private/replica.py"
-_UTILS = "ray/serve/_private/utils.py"
 _RELAY = "ray/serve/_private/replica_health_relay.py"
 # Where the patches install their tests (the wheel ships no tests of its own),
-# and the push-health patches' own files among them, with the push bound's they
-# build on: every mutation is in their code, and the other patches' tests (real
+# and the push-health patches' own files among them: every mutation is in their
+# code, and the other patches' tests (real
 # HAProxy processes among them) only add minutes to every one of the runs.
 _PATCH_TESTS = "ray/serve/tests/unit"
-_PUSH_HEALTH_TESTS = ("test_push_health_*.py", "test_metrics_push_bound.py")
+_PUSH_HEALTH_TESTS = ("test_push_health_*.py",)
 _PYTEST_FLAGS = ["-x", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings"]
 # The test file written for each mutated file. A mutated run puts it first: with
 # -x the run stops at the first failure, so the tests most likely to catch the
@@ -54,7 +53,6 @@ _PYTEST_FLAGS = ["-x", "-q", "-rf", "-p", "no:cacheprovider", "-p", "no:warnings
 _TESTED_FIRST_BY = {
     _DEPLOYMENT_STATE: "test_push_health_receive.py",
     _REPLICA: "test_push_health_sender.py",
-    _UTILS: "test_metrics_push_bound.py",
     _RELAY: "test_push_health_relay.py",
 }
 # pytest's exit codes for "ran, all passed" and "ran, some test failed"; anything
@@ -148,12 +146,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    interval_s = health_check_period_s\n",
     ),
     Mutation(
-        "stuck bound",
-        _UTILS,
-        "    if now - sent_at >= stuck_after_s:\n        return False\n",
-        "",
-    ),
-    Mutation(
         "once-per-period failure counting",
         _REPLICA,
         "        if (\n"
@@ -216,12 +208,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         _RELAY,
         "            return self._urgent and len(self._in_flight) == 1\n",
         "            return True\n",
-    ),
-    Mutation(
-        "relay stuck bound",
-        _RELAY,
-        "            elif now - sent_at >= RAY_SERVE_METRICS_PUSH_STUCK_S:\n",
-        "            elif False:\n",
     ),
     Mutation(
         "relay exit watch",

@@ -9,7 +9,7 @@ every second for a minute, under keep-alive load with a long slice.
                                must fail like stock
     2.60.0-patched flags on    RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED=1 and
                                RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED=1
-                               (patches 0007, 0010): membership changes go
+                               (patches 0006, 0009): membership changes go
                                over the admin socket; 0 reloads, 0 errors
 
 Keep-alive clients straight to the head node's HAProxy, 95% short requests

@@ -6,7 +6,7 @@ keep-alive load with a long slice.
                                     workers are hard-stopped with requests in
                                     flight
     2.60.0-patched slots            RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED=1
-                                    (patch 0007) and master-worker mode: the
+                                    (patch 0006) and master-worker mode: the
                                     scale-up outgrows the 16 slots, and that
                                     one reload's old worker is hard-stopped
                                     like stock's
@@ -63,7 +63,7 @@ from harness.scenarios.base import (
 _log = log.get(__name__)
 
 LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
-MIN_SERVER_SLOTS = "RAY_SERVE_HAPROXY_MIN_SERVER_SLOTS"  # 0007's initial pool size
+MIN_SERVER_SLOTS = "RAY_SERVE_HAPROXY_MIN_SERVER_SLOTS"  # 0006's initial pool size
 FAULT = "scale"  # the events' fault name: one start/end pair per change
 # Observation: per change, the replicas asked for and those alive once it settled.
 SETTLED = "replicas settled"
@@ -98,7 +98,7 @@ class SlotGrowth(Scenario[GrowthFacts]):
         self, low: int = 12, high: int = 40, rate: float = 40.0, slots: int | None = None
     ) -> None:
         self.low, self.high, self.rate = low, high, rate
-        self.slots = slots  # the pool's initial size; None: 0007's default (16)
+        self.slots = slots  # the pool's initial size; None: 0006's default (16)
 
     runs_on = (STOCK, PATCHED)
 
@@ -128,7 +128,7 @@ class SlotGrowth(Scenario[GrowthFacts]):
         return history
 
     def _slots_env(self) -> dict[str, str]:
-        """The node env that sizes the slot pool (read only where 0007's slots are on)."""
+        """The node env that sizes the slot pool (read only where 0006's slots are on)."""
         return {} if self.slots is None else {MIN_SERVER_SLOTS: str(self.slots)}
 
     async def _scale(self, cluster: Cluster, history: History) -> None:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 # keep make test short; each still fails where it must (stock or its negative
 # control) and passes where it must:
 # - spot_preemption at half scale: every ordering of the ladder still holds.
-# - streaming_drain without its dynamic-membership run (0007's flag, which
+# - streaming_drain without its dynamic-membership run (0006's flag, which
 #   membership_churn covers), its streams ending 3 s inside the request timeout
 #   instead of 1 s, so that its two runs can share the host (below).
 # - membership_churn for 30 s instead of 60: flags off still lost 35 of 2,040
@@ -45,7 +45,7 @@ OPTIONS = {
 # control on the same code path as stock (which lost as much in every run), and
 # leaving stock out keeps make test ~2 min shorter. `python -m harness run
 # membership_churn` runs stock too.
-# slot_growth likewise: its slots run (0007's path, which reloads once the
+# slot_growth likewise: its slots run (0006's path, which reloads once the
 # backend outgrows its slots) is the negative control on the patched image, and
 # stock, which failed in every run, is left to `python -m harness run slot_growth`.
 PATCHED_ONLY = [ImageSpec(load_pin().ray.version, "patched")]

@@ -1,13 +1,13 @@
 """One meaning for the timeout ladder: the harness's model (`ladder check`, the
-scenarios' ladders) and patch 0006's start-up and deploy checks judge the same
+scenarios' ladders) and patch 0005's start-up and deploy checks judge the same
 ladders alike.
 
 Each side reads the ladder its own way: Ray parses the node env with its own
 constants module, reloaded per case, and the harness parses the same env as a
-service description. Then every ordering 0006 checks must come out violated on
+service description. Then every ordering 0005 checks must come out violated on
 one side exactly when it fails on the other. Needs the patched venv (`make
-patch-test`, `make test`): the checks and the force-kill budget are 0005's
-and 0006's code.
+patch-test`, `make test`): the checks and the force-kill budget are 0004's
+and 0005's code.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from ray.serve._private.config import DeploymentConfig
 from harness.ladder.description import check_file
 from harness.ladder.model import Deployment, Ladder
 
-# Each of 0006's orderings and where the harness keeps it: (ordering, check).
+# Each of 0005's orderings and where the harness keeps it: (ordering, check).
 # C's second check, the idle connection's, exists only when a stale worker
-# keeps idle connections; the harness then has nothing to fail, and 0006
+# keeps idle connections; the harness then has nothing to fail, and 0005
 # nothing to report.
 HAPROXY_ORDERINGS = {
     timeout_ladder.REQUEST_TIMEOUT_BELOW_SERVER_TIMEOUT: ("B", 0),
-    timeout_ladder.SERVER_TIMEOUT_BELOW_HARD_STOP: ("C", 0),
+    timeout_ladder.REQUEST_ENDS_BEFORE_HARD_STOP: ("C", 0),
     timeout_ladder.IDLE_CONNECTION_REQUEST_BEFORE_HARD_STOP: ("C", 1),
     timeout_ladder.HARD_STOP_WITHIN_DRAINING_PERIOD: ("D", 0),
     timeout_ladder.PORT_QUARANTINE_BEYOND_HARD_STOP: ("D", 1),
@@ -48,9 +48,9 @@ ENV_GRID = {
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": ("30", "60"),
     "RAY_SERVE_PORT_QUARANTINE_S": (UNSET, "0", "200"),
 }
-# The HTTP options, which 0006 is handed and the harness reads from the file.
+# The HTTP options, which 0005 is handed and the harness reads from the file.
 REQUEST_TIMEOUTS = (None, 0, 10, 26)
-KEEP_ALIVE_TIMEOUTS = (5, 90)
+KEEP_ALIVE_TIMEOUTS = (0, 5, 90)
 
 
 @pytest.fixture
@@ -136,8 +136,8 @@ def test_the_haproxy_orderings_agree_on_every_ladder_of_the_grid(tmp_path, ray_r
 @pytest.mark.parametrize("buffer_s", ["1", "5"])
 def test_the_force_kill_ordering_agrees_under_rays_own_budget(ray_reads, min_draining_s, buffer_s):
     # The harness's E models the budget Ray 2.60.0 gives (max(gst, MIN) for a
-    # gst set in the config), with its margin in the place of 0006's shutdown
-    # buffer: 0005's budget function gives exactly that with the opt-out.
+    # gst set in the config), with its margin in the place of 0005's shutdown
+    # buffer: 0004's budget function gives exactly that with the opt-out.
     ray_reads(
         {
             "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": min_draining_s,
@@ -172,7 +172,7 @@ def test_the_force_kill_ordering_agrees_under_rays_own_budget(ray_reads, min_dra
 
 def test_the_patched_force_kill_lands_on_the_ladders_gst(ray_reads):
     # The scenarios deploy the ladder's gst and start nodes with its env; under
-    # 0005, whatever gst a deployment has, the controller then force-kills an
+    # 0004, whatever gst a deployment has, the controller then force-kills an
     # ingress replica at that gst: MIN + request timeout + wait loop + buffer.
     for ladder in (Ladder(), Ladder().scaled(0.5)):
         ray_reads(ladder.node_env())

@@ -73,12 +73,15 @@ def test_default_ladder_starts_nodes_with_only_the_ladder_vars():
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S",
         "RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S",
         "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S",
+        "RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE",
     }
 
 
 def test_a_factor_that_breaks_an_ordering_is_refused():
-    # HAProxy's integer knobs collapse at a quarter: 7 s vs 7 s breaks C.
-    with pytest.raises(HarnessError, match="C timeout server < hard-stop-after"):
+    # HAProxy's integer knobs collapse at a quarter: close-spread-time 2 s
+    # floors to 0, which HAProxy reads as not set, so an idle connection takes
+    # a request until the 7 s hard stop, and C breaks.
+    with pytest.raises(HarnessError, match=r"breaks C .*close-spread-time unset"):
         Ladder().scaled(0.25)
 
 
@@ -258,10 +261,16 @@ def test_zero_timeout_server_means_none(tmp_path):
     b = _ordering(result, "B")
     assert b.checks[0].text == "request_timeout_s 26 < timeout server none -> PASS"
     assert b.status == "pass"
-    # ...and C, since the hard stop (Ray's 120 s) is then the only bound.
-    assert "timeout server none < hard-stop-after 120 -> FAIL" in [
-        c.text for c in _ordering(result, "C").checks
-    ]
+    # C's first check: the request timeout ends the request before the hard
+    # stop (Ray's 120 s)...
+    assert _ordering(result, "C").checks[0].text == (
+        "first of request_timeout_s 26 and timeout server none < hard-stop-after 120 -> PASS"
+    )
+    # ...and without one, nothing does.
+    result = check_file(_write(tmp_path, text))
+    assert _ordering(result, "C").checks[0].text == (
+        "first of request_timeout_s none and timeout server none < hard-stop-after 120 -> FAIL"
+    )
 
 
 def test_zero_hard_stop_means_none_and_holds_what_it_would_cut(tmp_path):

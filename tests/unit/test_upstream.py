@@ -166,8 +166,7 @@ def assert_untouched(repo: Path, head: str) -> None:
 def test_branch_names_come_from_the_real_subjects() -> None:
     subjects = [patch_message(p)[0] for p in read_series()]
     names = [branch_name(s) for s in subjects]
-    assert names[:4] == [
-        "serve/bound-wait-replica-flight-autoscaling-metrics-push",
+    assert names[:3] == [
         "serve/haproxy-count-server-up-n-m-as-up",
         "serve/push-based-replica-health-controller-side-receive-path",
         "serve/push-based-replica-health-replica-self-checks-batched-per",
