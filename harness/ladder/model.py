@@ -474,22 +474,12 @@ class Ladder:
 
     def _c(self) -> Ordering:
         hard_stop = self._haproxy_limit(self.haproxy_hard_stop_after_s, "hard-stop-after")
-        # A request in flight at the reload ends at whichever of its timeouts
-        # fires first: with request_timeout_s set, the replica's 408 (streams
-        # included) ends it, whatever `timeout server` is.
-        request = self._limit(self.request_timeout_s, "request_timeout_s")
-        server = self._haproxy_limit(self.haproxy_timeout_server_s, "timeout server")
-        # Both are known: _limit gives math.inf for an unset one.
-        first_s = min(request.value or 0.0, server.value or 0.0)
+        # A request in flight at the reload ends at request_timeout_s (the
+        # replica ends streams too); `timeout server` bounds only the gaps
+        # between a response's bytes, so it ends no stream that keeps sending.
         checks = [
             _compare(
-                [
-                    Term(
-                        "first timeout",
-                        first_s,
-                        text=f"first of {request.render()} and {server.render()}",
-                    )
-                ],
+                [self._limit(self.request_timeout_s, "request_timeout_s")],
                 "<",
                 [hard_stop],
             )
@@ -509,8 +499,8 @@ class Ladder:
             )
         return Ordering(
             "C",
-            "first of request_timeout_s and timeout server < hard-stop-after: a "
-            "request on a soft-stopped worker ends by a timeout, not a cut connection",
+            "request_timeout_s < hard-stop-after: a request on a soft-stopped "
+            "worker ends by its timeout, not a cut connection",
             tuple(checks),
             tuple(notes),
         )

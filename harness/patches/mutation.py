@@ -176,8 +176,20 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "threshold latch",
         _REPLICA,
-        "        if self._consecutive_failures >= REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD:\n",
-        "        if False:\n",
+        "            or self._consecutive_failures >= REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD\n",
+        "            or False\n",
+    ),
+    Mutation(
+        "pause while reconfiguring or draining",
+        _REPLICA,
+        "            self._paused\n            or self._consecutive_failures",
+        "            False\n            or self._consecutive_failures",
+    ),
+    Mutation(
+        "stale result fails the probe",
+        _REPLICA,
+        "            age_s > self._period_s + self._timeout_s\n",
+        "            False\n",
     ),
     Mutation(
         "unhealthy bypass",

@@ -136,8 +136,8 @@ def test_ray_defaults_example_fails_for_rays_defaults():
         "120 s",
         "Ray 2.60.0 default (ray/serve/_private/constants.py:803-805)",
     ) in ladder.inputs
-    # no HAProxy server timeout
-    assert "timeout server none < hard-stop-after 120 -> FAIL" in text
+    # no request timeout: nothing ends a request before the hard stop
+    assert "request_timeout_s none < hard-stop-after 120 -> FAIL" in text
     assert any("no HAProxy `timeout server`" in n for n in _ordering(result, "B").notes)
     # no request timeout
     assert "request_timeout_s unset (Ray 2.60.0 default None" in text
@@ -264,12 +264,14 @@ def test_zero_timeout_server_means_none(tmp_path):
     # C's first check: the request timeout ends the request before the hard
     # stop (Ray's 120 s)...
     assert _ordering(result, "C").checks[0].text == (
-        "first of request_timeout_s 26 and timeout server none < hard-stop-after 120 -> PASS"
+        "request_timeout_s 26 < hard-stop-after 120 -> PASS"
     )
-    # ...and without one, nothing does.
+    # ...and without one, nothing does: not `timeout server`, which a stream
+    # that keeps sending never reaches.
+    text = MINIMAL.replace('"1"\n', '"1"\n    RAY_SERVE_HAPROXY_TIMEOUT_SERVER_S: "20"\n', 1)
     result = check_file(_write(tmp_path, text))
     assert _ordering(result, "C").checks[0].text == (
-        "first of request_timeout_s none and timeout server none < hard-stop-after 120 -> FAIL"
+        "request_timeout_s none < hard-stop-after 120 -> FAIL"
     )
 
 
