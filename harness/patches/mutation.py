@@ -182,7 +182,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "pause while reconfiguring or draining",
         _REPLICA,
-        "            self._paused\n            or self._consecutive_failures",
+        "            self.paused\n            or self._consecutive_failures",
         "            False\n            or self._consecutive_failures",
     ),
     Mutation(
