@@ -20,8 +20,9 @@ pytestmark = pytest.mark.integration
 # neither can fail on the fault it names. Controller lag gives stock 2.60.0 no false
 # strike, whether by SIGSTOP, CPU starvation or a flood of calls (probe replies are
 # completed by the core worker's threads, ready whenever the control loop looks), and
-# stuck_receiver passes with the stuck bound taken out (a paused controller resolves
-# queued pushes on resume; so does a 10 s partition). README.md has the runs.
+# stuck_receiver has no negative control: stock has no push to lose, and a paused
+# controller resolves the reports held up in flight on resume (so does a 10 s
+# partition). README.md has the runs.
 
 # Scenarios at a smaller scale than `python -m harness run NAME` gives them, to
 # keep make test short; each still fails where it must (stock or its negative
