@@ -27,6 +27,7 @@ RAY_GST_DEFAULT_S = 20.0  # serve/_private/constants.py:270
 RAY_WAIT_LOOP_DEFAULT_S = 2.0  # serve/_private/constants.py:271
 RAY_HARD_STOP_AFTER_DEFAULT_S = 120  # serve/_private/constants.py:803-805
 RAY_TIMEOUT_CONNECT_DEFAULT_S = 5  # serve/_private/constants.py:880-882
+RAY_TIMEOUT_CLIENT_DEFAULT_S = 3600  # serve/_private/constants.py:897-899
 RAY_MIN_DRAINING_DEFAULT_S = 30.0  # serve/_private/constants.py:1080-1082
 RAY_PROXY_MIN_DRAINING_DEFAULT_S = 30.0  # serve/_private/constants.py:320-322
 RAY_SIGTERM_DRAIN_DEFAULT_S = 30.0  # _private/ray_constants.py:41-43 (used in _private/node.py:679)
@@ -78,6 +79,14 @@ ENV_KNOBS = {
         "is-1",
         1,
         "ray/serve/_private/constants.py:788-790",
+    ),
+    # `timeout client`: how long a connection that has not sent a request
+    # yet stays open on a soft-stopped worker without close-spread-time (C).
+    "RAY_SERVE_HAPROXY_TIMEOUT_CLIENT_S": EnvKnob(
+        "haproxy_timeout_client_s",
+        "int",
+        RAY_TIMEOUT_CLIENT_DEFAULT_S,
+        "ray/serve/_private/constants.py:897-899",
     ),
     "RAY_SERVE_HAPROXY_TIMEOUT_CONNECT_S": EnvKnob(
         "haproxy_timeout_connect_s",

@@ -27,6 +27,7 @@ from harness.ladder.defaults import (
     RAY_GST_DEFAULT_S,
     RAY_KEEP_ALIVE_DEFAULT_S,
     RAY_SIGTERM_DRAIN_DEFAULT_S,
+    RAY_TIMEOUT_CLIENT_DEFAULT_S,
     RAY_TIMEOUT_CONNECT_DEFAULT_S,
     RAY_WAIT_LOOP_DEFAULT_S,
     SET_BY,
@@ -191,6 +192,9 @@ class Ladder:
     # the client's next request cannot follow it into the stale worker (C).
     haproxy_close_after_streamed_response: bool = True
     haproxy_timeout_connect_s: int | None = RAY_TIMEOUT_CONNECT_DEFAULT_S
+    # RAY_SERVE_HAPROXY_TIMEOUT_CLIENT_S (C: without close-spread-time, an
+    # unused connection stays on a stale worker until it or the hard stop).
+    haproxy_timeout_client_s: int | None = RAY_TIMEOUT_CLIENT_DEFAULT_S
     haproxy_retries: int | None = None  # None: HAProxy's default
     min_draining_s: float = 30.0  # RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S
     proxy_min_draining_s: float = 30.0  # RAY_SERVE_PROXY_MIN_DRAINING_PERIOD_S
@@ -443,34 +447,44 @@ class Ladder:
 
     def _idle_window(self) -> Term | None:
         """How long after a reload a stale worker still admits a request on a
-        keep-alive connection that was idle at the reload: close-spread-time,
-        or unset, the hard stop itself (Serve renders `option
-        idle-close-on-response`, which keeps such a connection for one last
-        request); never longer than the keep-alive timeout. None with no hard
-        stop: nothing cuts that request."""
-        if not self.haproxy_hard_stop_after_s:
+        connection that was idle at the reload: close-spread-time, which closes
+        them all within its window (or sooner, by the timeouts below). A
+        connection that has not sent a request yet stays until `timeout client`
+        or the hard stop (with or without `option idle-close-on-response`); one
+        that has, with that option or close-spread-time, until the keep-alive
+        timeout or the hard stop (with neither, the soft stop closes it). None
+        with no hard stop: nothing cuts that request."""
+        hard_stop_s = self.haproxy_hard_stop_after_s
+        if not hard_stop_s:
             return None
-        # HAProxy reads `close-spread-time 0s` as not set.
-        spread_s = self.haproxy_close_spread_s or None
-        if spread_s is None and not self.haproxy_idle_close_on_response:
-            # Without `option idle-close-on-response` HAProxy closes idle
-            # connections at the soft stop itself.
-            return None
-        if spread_s is not None:
-            window_s = spread_s
-            window = Term("close-spread-time", window_s)
-        else:
-            window_s = self.haproxy_hard_stop_after_s
-            window = Term(
-                "close-spread-time",
-                window_s,
-                text=f"close-spread-time unset (idle connections kept until "
-                f"hard-stop-after {format_number(window_s)})",
+        spread_s = self.haproxy_close_spread_s  # 0 is HAProxy's "not set"
+        # An unused connection: `timeout client` or the hard stop.
+        window_s, until = min(
+            (hard_stop_s, "hard-stop-after"),
+            (self.haproxy_timeout_client_s or math.inf, "timeout client"),
+        )
+        # A used one: closed at the soft stop, unless `option
+        # idle-close-on-response` keeps it or close-spread-time spreads the
+        # closes; then the keep-alive timeout (0 is not set: `timeout client`)
+        # or the hard stop.
+        if self.haproxy_idle_close_on_response or spread_s:
+            keep_alive = (
+                (self.keep_alive_timeout_s, "keep-alive timeout")
+                if self.keep_alive_timeout_s
+                else (self.haproxy_timeout_client_s or math.inf, "timeout client")
             )
-        # `timeout http-keep-alive 0s` is not set either: it ends nothing.
-        if 0 < self.keep_alive_timeout_s < window_s:
-            return Term("keep-alive timeout", self.keep_alive_timeout_s)
-        return window
+            used = min(keep_alive, (hard_stop_s, "hard-stop-after"))
+            window_s, until = max((window_s, until), used)
+        if spread_s and spread_s < window_s:
+            # close-spread-time closes them all within its window, unless the
+            # timeouts above do sooner.
+            return Term("close-spread-time", spread_s)
+        return Term(
+            "close-spread-time",
+            window_s,
+            text=("" if spread_s else "close-spread-time unset ")
+            + f"(idle connections kept until {until} {format_number(window_s)})",
+        )
 
     def _c(self) -> Ordering:
         hard_stop = self._haproxy_limit(self.haproxy_hard_stop_after_s, "hard-stop-after")

@@ -284,16 +284,36 @@ def test_zero_hard_stop_means_none_and_holds_what_it_would_cut(tmp_path):
     assert "hard-stop-after none <= MIN_DRAINING 30 -> FAIL" in result.render()
 
 
-@pytest.mark.parametrize("value, idle_checked", [("1", True), ("0", False), ("yes", False)])
-def test_idle_connections_are_kept_only_with_the_optimized_config(tmp_path, value, idle_checked):
-    # Without close-spread-time, the optimized config's idle-close-on-response
-    # keeps an idle connection for one last request until the hard stop; Ray
-    # turns it on only for exactly "1", and without it HAProxy closes idle
-    # connections at the soft stop.
-    env = f'"1"\n    RAY_SERVE_ENABLE_HAPROXY_OPTIMIZED_CONFIG: "{value}"\n'
-    text = MINIMAL.replace('"1"\n', env, 1) + "http_options: {request_timeout_s: 26}\n"
+@pytest.mark.parametrize("value", ["1", "0", "yes"])
+def test_unused_connections_are_kept_with_or_without_the_optimized_config(tmp_path, value):
+    # Without close-spread-time, a connection that has not sent a request yet
+    # stays on a stale worker until `timeout client` (3600 s) or the hard stop,
+    # whatever the optimized config (Ray turns it on only for exactly "1");
+    # the keep-alive timeout ends only connections that have.
+    env = (
+        f'"1"\n    RAY_SERVE_ENABLE_HAPROXY_OPTIMIZED_CONFIG: "{value}"\n'
+        '    RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S: "30"\n'
+    )
+    text = MINIMAL.replace('"1"\n', env, 1) + (
+        "http_options: {request_timeout_s: 26, keep_alive_timeout_s: 3}\n"
+    )
     c = _ordering(check_file(_write(tmp_path, text)), "C")
-    assert (len(c.checks) == 2) is idle_checked
+    assert c.checks[1].text == (
+        "close-spread-time unset (idle connections kept until hard-stop-after 30) + "
+        "request_timeout_s 26 = 56 < hard-stop-after 30 -> FAIL"
+    )
+
+
+def test_a_client_timeout_ends_unused_connections_sooner(tmp_path):
+    env = (
+        '"1"\n    RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S: "30"\n'
+        '    RAY_SERVE_HAPROXY_TIMEOUT_CLIENT_S: "3"\n'
+    )
+    text = MINIMAL.replace('"1"\n', env, 1) + (
+        "http_options: {request_timeout_s: 26, keep_alive_timeout_s: 3}\n"
+    )
+    c = _ordering(check_file(_write(tmp_path, text)), "C")
+    assert c.checks[1].status == "pass"
 
 
 # ------------------------------------------------------------------ errors name the line
