@@ -458,11 +458,9 @@ class Ladder:
         if not hard_stop_s:
             return None
         spread_s = self.haproxy_close_spread_s  # 0 is HAProxy's "not set"
+        client = (self.haproxy_timeout_client_s or math.inf, "timeout client")
         # An unused connection: `timeout client` or the hard stop.
-        window_s, until = min(
-            (hard_stop_s, "hard-stop-after"),
-            (self.haproxy_timeout_client_s or math.inf, "timeout client"),
-        )
+        window_s, until = min((hard_stop_s, "hard-stop-after"), client)
         # A used one: closed at the soft stop, unless `option
         # idle-close-on-response` keeps it or close-spread-time spreads the
         # closes; then the keep-alive timeout (0 is not set: `timeout client`)
@@ -471,7 +469,7 @@ class Ladder:
             keep_alive = (
                 (self.keep_alive_timeout_s, "keep-alive timeout")
                 if self.keep_alive_timeout_s
-                else (self.haproxy_timeout_client_s or math.inf, "timeout client")
+                else client
             )
             used = min(keep_alive, (hard_stop_s, "hard-stop-after"))
             window_s, until = max((window_s, until), used)
