@@ -185,10 +185,14 @@ def _open_loop(
     handler,
     requests: int = 5,
     connections: int = 2,
-    timeout_s: float = 1.0,
+    timeout_s: float = 10.0,
     cancel_after_s: float | None = None,
 ) -> History:
-    """`requests` scheduled over 0.25 s against a server running `handler`."""
+    """`requests` scheduled over 0.25 s against a server running `handler`.
+
+    The default timeout is far above any answer's time so that a busy CI
+    machine cannot turn a test of another failure class into a timeout; the
+    tests of timeouts pass their own."""
 
     async def main():
         server, port = await _serve(handler)
