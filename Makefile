@@ -53,11 +53,12 @@ workspace: $(PY) ## build/ray-src: the pinned serve tree plus one commit per pat
 export-patches: $(PY) ## write build/ray-src's commits back to patches/ and patches/series; CHECK=1: write nothing, fail naming the files it would change
 	@$(call harness_run,$(HARNESS) patches export $(if $(CHECK),--check))
 
-check-patches: $(PY) ## fail unless patches/ is exactly what an export writes, from a workspace built afresh from the pinned wheel (needs no build/ray-src; for CI)
+check-patches: $(PY) ## fail unless patches/ is exactly what an export writes (from a workspace built afresh from the pinned wheel; needs no build/ray-src) and each patch applies and passes its own tests on the pin with only what its message says it is stacked on
 	@$(call harness_run,$(HARNESS) patches export --check --fresh)
+	@$(call harness_run,$(HARNESS) upstream stacks)
 
 .PHONY: pr-branches pr-body upstream-lint upstream-tests rebase-check
-pr-branches: $(PY) ## one stacked, tested branch per patch on a Ray checkout at the pin: make pr-branches RAY_SRC=path [FORCE=1]
+pr-branches: $(PY) ## one tested branch per patch (the pin, its stack, the patch) on a Ray checkout at the pin: make pr-branches RAY_SRC=path [FORCE=1]
 	@test -n "$(RAY_SRC)" || { echo "usage: make pr-branches RAY_SRC=/path/to/ray [FORCE=1] (a stand-in: python -m harness upstream standin)" >&2; exit 2; }
 	@$(call harness_run,$(HARNESS) upstream branches $(RAY_SRC) $(if $(FORCE),--force))
 

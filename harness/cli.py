@@ -426,6 +426,19 @@ def cmd_upstream(args) -> None:
                 "on the patched tree (listed above). Fix the patch in the workspace "
                 "(make workspace), export it (make export-patches) and run again."
             )
+    elif args.action == "stacks":
+        from harness.upstream import stacks
+
+        env = testenv.ensure_test_env(pin.ray, pinned_house)
+        stacks_report = stacks.check_stacks(pinned_wheel, read_series(), env)
+        print(stacks_report.format())
+        if not stacks_report.ok:
+            raise VerdictFailed(
+                "stacks: a patch does not apply to the pin with only what its message "
+                "says it is stacked on, or its own tests fail there (listed above). "
+                'Fix the patch or its "Stacked on" paragraph in the workspace, export '
+                "it and run again. It ran in a temporary repo; nothing was changed."
+            )
     elif args.action == "lint":
         from harness.upstream import lint
 
@@ -647,10 +660,11 @@ def build_parser() -> argparse.ArgumentParser:
     upstream = p.add_subparsers(dest="action", required=True)
     c = upstream.add_parser(
         "branches",
-        help="one stacked branch per patch on a Ray checkout at the pin, tested",
+        help="one branch per patch, on what it is stacked on, on a Ray checkout at the pin, tested",
         description="On a clean Ray checkout at the pinned commit (or a stand-in whose "
         "python/ray/serve is the pinned wheel's), create one branch per patch, "
-        "each the previous one plus that patch (git am), and run each branch's "
+        "each the pin plus the patches its message says it is stacked on plus that "
+        "patch (git am), and run each branch's "
         "tests. Creates all branches or none.",
     )
     c.add_argument("ray_src", help="the Ray checkout")
@@ -665,6 +679,16 @@ def build_parser() -> argparse.ArgumentParser:
         "a patch does not apply or a test fails.",
     )
     c.add_argument("version", help="a release patches/PIN knows, e.g. 2.59.0")
+    upstream.add_parser(
+        "stacks",
+        help="each patch on the pin with only what its message says it is stacked on: "
+        "applies, and its own tests pass",
+        description="Apply each patch of the series to the pinned wheel's serve tree with "
+        'only the patches its "Stacked on" paragraph names under it (and theirs), '
+        "strictly (no fuzz, no 3-way), and run its own test files there. Prints which "
+        "patches apply to the pin alone. Exit 1 if one does not apply on its stack or "
+        "its tests fail.",
+    )
     upstream.add_parser(
         "lint",
         help="Ray's own lint (ruff, black, pydoclint, docstyle, the pytest trailer) over "

@@ -1,5 +1,5 @@
 """`make bench-keepalive`: what RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE
-(patch 0010) costs the clients of a node's HAProxy, with it off and on side by
+(patch 0007) costs the clients of a node's HAProxy, with it off and on side by
 side in one run.
 
 For each setting, one patched cluster (head and one worker, two echo replicas

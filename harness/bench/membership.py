@@ -1,8 +1,7 @@
 """`make bench-membership`: what a replica change costs HAProxy, stock 2.60.0
-against the patched image's two membership paths, side by side in one run:
-server slots (patch 0006, RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED) and
-runtime servers (patch 0011, RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED), both
-in master-worker mode (patch 0009).
+against the patched image's runtime servers (patch 0009,
+RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED) in master-worker mode (patch 0006),
+side by side in one run.
 
 Two parts.
 
@@ -52,7 +51,6 @@ from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment.checker import percentile
 from harness.experiment.configs import (
-    DYNAMIC_MEMBERSHIP_MASTER_WORKER,
     FAST_METRICS,
     MEMBERSHIP_CHURN,
     RUNTIME_SERVERS_MASTER_WORKER,
@@ -135,11 +133,10 @@ def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
 
 
 def _configs() -> list[RunConfig]:
-    """Stock, then the patched image's two membership paths."""
+    """Stock, then the patched image's runtime servers."""
     version = load_pin().ray.version
     return [
         RunConfig(images.ImageSpec(version, "stock")),
-        RunConfig(images.ImageSpec(version, "patched"), "slots", DYNAMIC_MEMBERSHIP_MASTER_WORKER),
         RunConfig(
             images.ImageSpec(version, "patched"), "runtime servers", RUNTIME_SERVERS_MASTER_WORKER
         ),

@@ -13,27 +13,21 @@ from dataclasses import dataclass, field
 
 from harness.cluster.images import ImageSpec
 
-# The head's HAProxy follows replica changes over its admin socket, without a reload.
-DYNAMIC_MEMBERSHIP = {"RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED": "1"}
-# Dynamic membership, and HAProxy in master-worker mode: a reload that still
-# happens starts a new worker, not a new process tree.
-DYNAMIC_MEMBERSHIP_MASTER_WORKER = {
-    **DYNAMIC_MEMBERSHIP,
-    "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1",
-}
-# Membership over the admin socket with `add server` / `del server`: no slots
-# to outgrow, so no replica count makes HAProxy reload; master-worker mode for
-# the reloads other changes still cause.
+# The head's HAProxy follows replica changes over its admin socket with
+# `add server` / `del server`: no replica count makes HAProxy reload.
+RUNTIME_SERVERS = {"RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED": "1"}
+# Runtime servers, and HAProxy in master-worker mode for the reloads other
+# changes still cause: such a reload starts a new worker, not a new process.
 RUNTIME_SERVERS_MASTER_WORKER = {
-    "RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED": "1",
+    **RUNTIME_SERVERS,
     "RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED": "1",
 }
 # Replicas report their health to their node's proxy instead of being probed.
 PUSH_HEALTH = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 # Ray exports its metrics every second, so a run reads counters that are current.
 FAST_METRICS = {"RAY_metrics_report_interval_ms": "1000"}
-# And the HAProxy manager reads its counters (reloads, membership updates,
-# slots) every second for that export.
+# And the HAProxy manager reads its counters (reloads, membership updates)
+# every second for that export.
 FAST_HAPROXY_METRICS = {**FAST_METRICS, "RAY_SERVE_HAPROXY_METRICS_REPORT_INTERVAL_S": "1"}
 
 # Membership churn's nodes: an old HAProxy worker is hard-stopped 3 s after a

@@ -187,7 +187,7 @@ class Ladder:
     # `option idle-close-on-response`: a soft-stopped worker keeps an idle
     # keep-alive connection for one last request instead of closing it (C).
     haproxy_idle_close_on_response: bool = True
-    # RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE (patch 0010, off by
+    # RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE (patch 0007, off by
     # default): a stream running at a reload leaves no reusable connection, so
     # the client's next request cannot follow it into the stale worker (C).
     haproxy_close_after_streamed_response: bool = True

@@ -8,7 +8,6 @@ from harness.scenarios.base import ScenarioOutcome, run_scenario
 from harness.scenarios.health import ControllerLag, HealthFailure, StuckReceiver
 from harness.scenarios.membership_churn import MembershipChurn
 from harness.scenarios.request_overrun import RequestOverrun
-from harness.scenarios.slot_growth import SlotGrowth
 from harness.scenarios.spot_preemption import SpotPreemption
 from harness.scenarios.stale_worker import DrainWindowAdmission, StaleWorkerDrain
 from harness.scenarios.streaming_drain import StreamingDrain
@@ -25,7 +24,6 @@ SCENARIOS = {
         StuckReceiver,
         RequestOverrun,
         MembershipChurn,
-        SlotGrowth,
         StreamingDrain,
         WebSocketDrain,
     )

@@ -43,7 +43,7 @@ from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
-from harness.experiment.configs import DYNAMIC_MEMBERSHIP, RunConfig
+from harness.experiment.configs import RUNTIME_SERVERS, RunConfig
 from harness.experiment.history import History, clear_histories, history_name
 
 _log = log.get(__name__)
@@ -115,13 +115,13 @@ STOCK = ("ray", "stock")
 PATCHED = ("ray", "patched")
 
 
-def with_dynamic_membership(spec: images.ImageSpec, dynamic: bool = True) -> list[RunConfig]:
+def with_runtime_servers(spec: images.ImageSpec, runtime: bool = True) -> list[RunConfig]:
     """The runs of `spec` in the HAProxy scenarios: as configured, and on the
-    patched image (if `dynamic`) also with dynamic membership, where the head's
+    patched image (if `runtime`) also with runtime servers, where the head's
     HAProxy follows replica changes without a reload."""
     configs = [RunConfig(spec)]
-    if dynamic and spec.flavor == "patched":
-        configs.append(RunConfig(spec, "dynamic membership", DYNAMIC_MEMBERSHIP))
+    if runtime and spec.flavor == "patched":
+        configs.append(RunConfig(spec, "runtime servers", RUNTIME_SERVERS))
     return configs
 
 

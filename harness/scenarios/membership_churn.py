@@ -7,9 +7,9 @@ every second for a minute, under keep-alive load with a long slice.
                                in flight
     2.60.0-patched flags off   the same code path: the negative control, which
                                must fail like stock
-    2.60.0-patched flags on    RAY_SERVE_HAPROXY_DYNAMIC_SERVERS_ENABLED=1 and
+    2.60.0-patched flags on    RAY_SERVE_HAPROXY_RUNTIME_SERVERS_ENABLED=1 and
                                RAY_SERVE_HAPROXY_MASTER_WORKER_ENABLED=1
-                               (patches 0006, 0009): membership changes go
+                               (patches 0009, 0006): membership changes go
                                over the admin socket; 0 reloads, 0 errors
 
 Keep-alive clients straight to the head node's HAProxy, 95% short requests
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
 from harness.experiment.configs import (
-    DYNAMIC_MEMBERSHIP_MASTER_WORKER,
     FAST_HAPROXY_METRICS,
     MEMBERSHIP_CHURN,
+    RUNTIME_SERVERS_MASTER_WORKER,
     RunConfig,
 )
 from harness.experiment.history import Event, History
@@ -113,7 +113,7 @@ class MembershipChurn(Scenario[ChurnFacts]):
         if spec.flavor == "patched":
             return [
                 RunConfig(spec, "flags off"),
-                RunConfig(spec, "flags on", DYNAMIC_MEMBERSHIP_MASTER_WORKER),
+                RunConfig(spec, "flags on", RUNTIME_SERVERS_MASTER_WORKER),
             ]
         return [RunConfig(spec)]
 
@@ -213,7 +213,7 @@ class MembershipChurn(Scenario[ChurnFacts]):
                 f"{run.facts.started} HAProxy processes "
                 f"started for {run.facts.changes} membership changes"
             )
-            if run.config.sets(DYNAMIC_MEMBERSHIP_MASTER_WORKER):
+            if run.config.sets(RUNTIME_SERVERS_MASTER_WORKER):
                 ok &= failures == 0 and run.facts.started == 0
             elif failures == 0:
                 ok = False

@@ -24,8 +24,8 @@ Plus natural traffic through the front LB for the whole event (short requests
 and 40-chunk streams), as users send it.
 
 Pass: no request fails. The report counts the HAProxy processes the head
-started after the notice (several on the reload path, none with dynamic
-membership). Streams are at most the ladder's request timeout long, so each
+started after the notice (several on the reload path, none with runtime
+servers). Streams are at most the ladder's request timeout long, so each
 one is a request the cluster promised to finish.
 """
 
@@ -53,7 +53,7 @@ from harness.scenarios.base import (
     lb_errors,
     observe_lb_errors,
     watch_head_haproxy,
-    with_dynamic_membership,
+    with_runtime_servers,
 )
 from harness.scenarios.spot_preemption import preemption_target
 
@@ -85,12 +85,13 @@ class StreamingDrain(Scenario[StreamingFacts]):
         loops: int = 8,
         idle: int = 8,
         rate: float = 10.0,
-        dynamic: bool = True,
+        runtime_servers: bool = True,
         margin_s: float = 1.0,
     ) -> None:
         self.ladder = Ladder().scaled(scale)
         self.scale, self.loops, self.idle, self.rate = scale, loops, idle, rate
-        self.dynamic = dynamic  # also run the patched image with dynamic membership
+        # Also run the patched image with runtime servers.
+        self.runtime_servers = runtime_servers
         # Long, but `margin_s` inside the request timeout: on a busy host (two
         # runs at once) a stream takes longer than its chunks' sum.
         self.margin_s = margin_s
@@ -99,7 +100,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
     runs_on = (STOCK, PATCHED)
 
     def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
-        return with_dynamic_membership(spec, self.dynamic)
+        return with_runtime_servers(spec, self.runtime_servers)
 
     def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History({"ladder_scale": self.scale, "chunks": self.chunks})
@@ -214,7 +215,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
         fallback: float,
     ) -> None:
         """A stream on each idle connection, staggered from IDLE_AFTER_RELOAD_S
-        after the head's first reload; with no reload (dynamic membership),
+        after the head's first reload; with no reload (runtime servers),
         from `fallback`, in the middle of the drain."""
         try:
             since = await asyncio.wait_for(

@@ -49,7 +49,7 @@ from harness.scenarios.base import (
     haproxy_starts,
     observe_log_lines,
     watch_head_haproxy,
-    with_dynamic_membership,
+    with_runtime_servers,
 )
 
 SESSION_S = 60.0  # longer than either event
@@ -111,7 +111,7 @@ class WebSocketDrain(Scenario[WebSocketFacts]):
         )
 
     def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
-        return with_dynamic_membership(spec)
+        return with_runtime_servers(spec)
 
     def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History({"ladder_scale": self.scale, "http_options": self._http_options()})

@@ -1,7 +1,8 @@
-"""The series as stacked pull-request branches: each patch's number and commit
-message, the branch name made from its subject, `pr-branches` (branch k is
-branch k-1 plus patch k, each tested), and the stand-in for a Ray checkout at
-the pin that `python -m harness upstream standin` builds from the wheel.
+"""The series as pull-request branches: each patch's number and commit
+message, what it is stacked on (its message says), the branch name made from
+its subject, `pr-branches` (branch k is the pin plus patch k's stack plus patch
+k, each tested), and the stand-in for a Ray checkout at the pin that
+`python -m harness upstream standin` builds from the wheel.
 
 Applying and reading patches belong to `harness.patches`; this module only
 arranges those steps per patch and reports on them.
@@ -68,6 +69,68 @@ def patch_message(patch: Path) -> tuple[str, str]:
         return subject, msg.read_text(encoding="utf-8", errors="replace").strip()
 
 
+_STACKED_ON = re.compile(r"^Stacked on (.+)$", re.S)
+_TAG = re.compile(r"^\[[^\]]+\]\s*")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# A patch names the patches it is stacked on in its message, as a paragraph of
+# its own, each by its subject without the [tag], in double quotes:
+#
+#     Stacked on "HAProxy: master-worker mode, reloads through the master
+#     confirmed by pid" and "HAProxy: compile the config templates once per
+#     process".
+#
+# A patch without such a paragraph applies to the pin alone.
+
+
+def stack_paragraph(message: str) -> str | None:
+    """The text after "Stacked on" in a commit message, on one line; None when
+    it names no stack. The paragraph may wrap over several lines."""
+    for paragraph in re.split(r"\n\s*\n", message):
+        match = _STACKED_ON.match(_one_line(paragraph))
+        if match:
+            return match.group(1)
+    return None
+
+
+def _untagged(subject: str) -> str:
+    return _one_line(_TAG.sub("", subject))
+
+
+def series_stacks(patches: Sequence[Path]) -> list[list[Path]]:
+    """For each patch, the earlier patches it needs, in series order: those its
+    message names and, in turn, theirs. A subject is named in double quotes
+    (it may hold quotes of its own). Raises when the paragraph names anything
+    that is not an earlier patch's subject."""
+    subjects: list[str] = []
+    stacks: list[list[Path]] = []
+    for patch in patches:
+        subject, body = patch_message(patch)
+        named = stack_paragraph(body)
+        needed: set[int] = set()
+        if named is not None:
+            rest = named
+            for j, earlier in enumerate(subjects):
+                if f'"{earlier}"' in rest:
+                    rest = rest.replace(f'"{earlier}"', "")
+                    needed.add(j)
+                    needed.update(patches.index(p) for p in stacks[j])
+            if not needed or '"' in rest:
+                raise HarnessError(
+                    f"{patch.name} says it is stacked on {named!r}; each subject "
+                    f"must be an earlier patch's, in double quotes and without its "
+                    f"[tag]. Earlier subjects: {listing(subjects) or 'none'}. Fix "
+                    f"the message in the workspace and export again."
+                )
+        stacks.append([patches[j] for j in sorted(needed)])
+        subjects.append(_untagged(subject))
+    return stacks
+
+
 # Words that make a branch name longer without telling branches apart.
 _STOP_WORDS = frozenset("a an and at by for from in into of on or the to with".split())
 _MAX_SLUG = 60
@@ -128,12 +191,12 @@ class BranchesResult:
 
     def format(self) -> str:
         lines = [
-            f"pr-branches: {len(self.rows)} stacked branches in {self.repo} on "
+            f"pr-branches: {len(self.rows)} branches (each on its stack) in {self.repo} on "
             f"{self.base[:12]} ({self.why})",
             "",
         ]
         width = max(len(r.name) for r in self.rows)
-        lines.append(f"{'branch':{width}}  commit        applies  tests (own; earlier patches')")
+        lines.append(f"{'branch':{width}}  commit        applies  tests (own; its stack's)")
         for r in self.rows:
             tests = "not run" if r.tests is None else str(r.tests)
             lines.append(f"{r.name:{width}}  {r.commit[:12]}  {r.applies:7}  {tests}")
@@ -237,9 +300,10 @@ def pr_branches(
     *,
     force: bool = False,
 ) -> BranchesResult:
-    """On a clean Ray checkout at the pin, make branch k = branch k-1 + patch k
-    (`git am`), for every patch, and run each branch's tests over the pinned
-    Ray in `env` (None: no tests).
+    """On a clean Ray checkout at the pin, make branch k = the pin + the patches
+    patch k is stacked on + patch k (`git am`), for every patch, and run each
+    branch's tests (patch k's own, and its stack's) over the pinned Ray in
+    `env` (None: no tests).
 
     The patches are applied in a temporary worktree, so the checkout's HEAD,
     index and files never move; the branches are created at the end in one
@@ -291,18 +355,21 @@ def pr_branches(
         added = True
         pristine = scratch / "pristine"
         extract_from_wheel(wheel, pristine)
+        stacks = series_stacks(patches)
         for i, (patch, name) in enumerate(zip(patches, names, strict=True)):
-            parent = git_output(["rev-parse", "HEAD"], worktree, isolated=False).strip()
-            strict = run_git(["apply", "--check", patch.resolve()], worktree, isolated=False)
+            git_output(["checkout", "--quiet", "--detach", base], worktree, isolated=False)
+            stack = stacks[i]
             try:
-                # The worktree's HEAD is the pin for the first patch and the
-                # previous branch after it; that is the commit `git am` must find.
+                apply_to_checkout(worktree, stack, replace(release, commit=base))
+                parent = git_output(["rev-parse", "HEAD"], worktree, isolated=False).strip()
+                strict = run_git(["apply", "--check", patch.resolve()], worktree, isolated=False)
                 apply_to_checkout(worktree, [patch], replace(release, commit=parent))
             except HarnessError as exc:
+                under = listing([p.name for p in stack]) or "the pin alone"
                 raise HarnessError(
-                    f"{patch.name} does not apply on top of the patches before it. No branch "
-                    f"was created and {repo} was not changed (the series was applied in a "
-                    f"temporary worktree, now removed).\n{exc}"
+                    f"{patch.name} does not apply on {under}. No branch was created and "
+                    f"{repo} was not changed (the patches were applied in a temporary "
+                    f"worktree, now removed).\n{exc}"
                 ) from exc
             commit = git_output(["rev-parse", "HEAD"], worktree, isolated=False).strip()
             rows.append(
@@ -320,7 +387,10 @@ def pr_branches(
         applied_at = time.monotonic()
         if env is not None:
             for i, row in enumerate(rows):
-                row.tests = run_patch_tests(env, patches, i, snapshots[i], scratch)
+                own_stack = [*stacks[i], patches[i]]
+                row.tests = run_patch_tests(
+                    env, own_stack, len(own_stack) - 1, snapshots[i], scratch
+                )
                 log.progress(
                     _log,
                     f"pr-branches: [{i + 1}/{len(rows)}] tests on {row.name}: {row.tests}",

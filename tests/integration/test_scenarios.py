@@ -28,29 +28,22 @@ pytestmark = pytest.mark.integration
 # keep make test short; each still fails where it must (stock or its negative
 # control) and passes where it must:
 # - spot_preemption at half scale: every ordering of the ladder still holds.
-# - streaming_drain without its dynamic-membership run (0006's flag, which
+# - streaming_drain without its runtime-servers run (0009's flag, which
 #   membership_churn covers), its streams ending 3 s inside the request timeout
 #   instead of 1 s, so that its two runs can share the host (below).
 # - membership_churn for 30 s instead of 60: flags off still lost 35 of 2,040
 #   requests here (118 of 3,840 in 60 s).
-# - slot_growth 3 -> 20 -> 3 replicas from 4 slots instead of 12 -> 40 -> 12
-#   from 16: the pool outgrows itself three times instead of twice, so the slots
-#   run fails more surely (15 failed against 6) with 17 replica starts, not 28.
 OPTIONS = {
     "spot_preemption": {"scale": 0.5},
-    "streaming_drain": {"dynamic": False, "margin_s": 3.0},
+    "streaming_drain": {"runtime_servers": False, "margin_s": 3.0},
     "membership_churn": {"duration_s": 30.0},
-    "slot_growth": {"low": 3, "high": 20, "slots": 4},
 }
 # membership_churn on the patched image only: its flags-off run is the negative
 # control on the same code path as stock (which lost as much in every run), and
 # leaving stock out keeps make test ~2 min shorter. `python -m harness run
 # membership_churn` runs stock too.
-# slot_growth likewise: its slots run (0006's path, which reloads once the
-# backend outgrows its slots) is the negative control on the patched image, and
-# stock, which failed in every run, is left to `python -m harness run slot_growth`.
 PATCHED_ONLY = [ImageSpec(load_pin().ray.version, "patched")]
-IMAGES = {"membership_churn": PATCHED_ONLY, "slot_growth": PATCHED_ONLY}
+IMAGES = {"membership_churn": PATCHED_ONLY}
 # Two runs at a time, each on its own cluster: the experiments spend most of
 # their time waiting on timers, so a scenario's stock and patched runs overlap
 # well even on two cores (spot_preemption: 213 s against 295 s one after the
@@ -60,9 +53,7 @@ IMAGES = {"membership_churn": PATCHED_ONLY, "slot_growth": PATCHED_ONLY}
 # streaming_drain's streams, sized to end 1 s inside the request timeout, made
 # a patched run overrun it (6 of 32) with two clusters at once; ending 3 s
 # inside, the two runs took 107 s together (176 s one after the other), stock
-# failed (6 of 507) and patched did not. slot_growth at make test's size
-# overlaps well too: its two runs took 113 s together, where the full size took
-# 267 s one after the other.
+# failed (6 of 507) and patched did not.
 PARALLEL = {"membership_churn": 1}
 
 
@@ -76,7 +67,6 @@ PARALLEL = {"membership_churn": 1}
         "request_overrun",
         "membership_churn",
         "streaming_drain",
-        "slot_growth",
     ],
 )
 def test_scenario(name):

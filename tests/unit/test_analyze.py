@@ -10,7 +10,7 @@ from harness.cli import main
 from harness.cluster.images import ImageSpec
 from harness.core.errors import HarnessError
 from harness.experiment import report
-from harness.experiment.configs import DYNAMIC_MEMBERSHIP_MASTER_WORKER
+from harness.experiment.configs import RUNTIME_SERVERS_MASTER_WORKER
 from harness.experiment.history import History, Request, history_name
 from harness.scenarios.analyze import ANALYSIS_DIR, analyze
 from harness.scenarios.base import judge_runs
@@ -168,7 +168,7 @@ def test_a_run_s_configuration_comes_back_from_its_meta():
     churn = MembershipChurn()
     flags_on = churn.configs(ImageSpec("2.60.0", "patched"))[-1]
     assert flags_on.label == "2.60.0-patched flags on"
-    assert flags_on.sets(DYNAMIC_MEMBERSHIP_MASTER_WORKER)
+    assert flags_on.sets(RUNTIME_SERVERS_MASTER_WORKER)
     saved = History({"label": "renamed by hand", "config": flags_on.to_meta()})
     assert churn.config_of(saved) == flags_on
 
@@ -176,7 +176,7 @@ def test_a_run_s_configuration_comes_back_from_its_meta():
 def test_a_history_saved_without_its_configuration_is_known_by_its_label():
     churn = MembershipChurn()
     assert churn.config_of(History({"label": "2.60.0-patched flags on"})).sets(
-        DYNAMIC_MEMBERSHIP_MASTER_WORKER
+        RUNTIME_SERVERS_MASTER_WORKER
     )
     assert churn.config_of(History({"label": "2.60.0-stock"})).env == {}
     for label in ("2.60.0-patched flags sideways", "not an image"):

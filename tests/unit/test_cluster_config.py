@@ -198,7 +198,7 @@ def test_metric_samples_are_read_with_their_labels():
             "# HELP ray_serve_haproxy_reloads_total HAProxy reloads",
             "# TYPE ray_serve_haproxy_reloads_total counter",
             'ray_serve_haproxy_reloads_total{cause="update",node_id="n1",outcome="ok"} 51.0',
-            'ray_serve_haproxy_reloads_total{cause="slot_growth",outcome="ok"} 2.0',
+            'ray_serve_haproxy_reloads_total{cause="drain",outcome="ok"} 2.0',
             "ray_serve_haproxy_reloads_total_created 1.7e9",
             "ray_serve_haproxy_membership_updates_total 89.0",
         ]
@@ -206,7 +206,7 @@ def test_metric_samples_are_read_with_their_labels():
     samples = parse_samples(text, "ray_serve_haproxy_reloads_total")
     assert [(s.labels, s.value) for s in samples] == [
         ({"cause": "update", "node_id": "n1", "outcome": "ok"}, 51.0),
-        ({"cause": "slot_growth", "outcome": "ok"}, 2.0),
+        ({"cause": "drain", "outcome": "ok"}, 2.0),
     ]
     assert [s.value for s in parse_samples(text, "ray_serve_haproxy_membership_updates_total")] == [
         89.0

@@ -29,10 +29,13 @@ from harness.upstream.branches import (
     build_standin,
     patch_message,
     pr_branches,
+    series_stacks,
+    stack_paragraph,
 )
 from harness.upstream.evidence import load_evidence
 from harness.upstream.prbody import pr_body
 from harness.upstream.rebase import rebase_check
+from harness.upstream.stacks import check_stacks
 from harness.upstream.testenv import TestEnv, run_tests
 
 TEST_ONE = "ray/serve/tests/unit/test_drain.py"
@@ -64,7 +67,7 @@ STEP_1 = (
     },
 )
 STEP_2 = (
-    "[Serve] Router skips draining replicas\n",
+    '[Serve] Router skips draining replicas\n\nStacked on "Drain replicas in two phases".\n',
     {
         REPLICA: lines(l5="LINE_5 = 'drained'", l20="LINE_20 = 'a'", l24="LINE_24 = 'b'"),
         ROUTER: "ROUTE = 'skip-draining'\n",
@@ -231,16 +234,25 @@ def test_build_standin_takes_a_relative_dir(monkeypatch, tmp_path: Path, wheel: 
     assert at_the_pin(tmp_path / "relative", RELEASE, wheel)[1].startswith("a stand-in")
 
 
-def test_branches_are_stacked_and_each_is_tested(tmp_path: Path, wheel: Path, env: TestEnv) -> None:
-    series = make_series(tmp_path, [STEP_1, STEP_2])
+def test_each_branch_is_its_stack_and_itself_and_is_tested(
+    tmp_path: Path, wheel: Path, env: TestEnv
+) -> None:
+    series = make_series(tmp_path, [STEP_1, STEP_2, STEP_4])
     repo = build_standin(wheel, tmp_path / "ray")
     head = git(repo, "rev-parse", "HEAD")
     result = pr_branches(repo, series, RELEASE, wheel, env)
 
     first, second = "serve/drain-replicas-two-phases", "serve/router-skips-draining-replicas"
-    assert [r.name for r in result.rows] == [first, second]
+    third = "serve/rename-api"
+    assert [r.name for r in result.rows] == [first, second, third]
     assert git(repo, "rev-parse", f"{first}^") == head
-    assert git(repo, "rev-parse", f"{second}^") == git(repo, "rev-parse", first)
+    # The second names the first as its stack: the pin, the first, then itself.
+    assert git(repo, "rev-parse", f"{second}^^") == head
+    assert git(repo, "log", "-1", "--format=%s", f"{second}^") == (
+        "[Serve] Drain replicas in two phases"
+    )
+    # The third names no stack: the pin and itself, none of the others.
+    assert git(repo, "rev-parse", f"{third}^") == head
     assert git(repo, "log", "-1", "--format=%s%n%b", first).startswith(
         "[Serve] Drain replicas in two phases\nStop routing first."
     )
@@ -250,10 +262,11 @@ def test_branches_are_stacked_and_each_is_tested(tmp_path: Path, wheel: Path, en
         assert git(repo, "log", "-1", "--format=%ae", branch) == "zoe@users.noreply.github.com"
     assert_untouched(repo, head)
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
-    # Each branch ran its own tests and those of the branches below it.
-    one, two = result.rows
+    # Each branch ran its own tests and those of its stack.
+    one, two, three = result.rows
     assert (one.applies, str(one.tests)) == ("clean", "own 1 passed")
     assert (two.applies, str(two.tests)) == ("clean", "own 1 passed; earlier 1 passed")
+    assert three.applies == "clean" and three.tests is not None and three.tests.run is None
     assert not result.failed
 
 
@@ -334,7 +347,13 @@ def test_a_patch_that_does_not_apply_leaves_no_branch(tmp_path: Path, wheel: Pat
     good = make_series(tmp_path / "good", [STEP_1, STEP_2])
     # Written against the base, it changes the line the first patch changed.
     (bad,) = make_series(
-        tmp_path / "bad", [("[Serve] Conflict\n", {REPLICA: lines(l5="LINE_5 = 'other'")})]
+        tmp_path / "bad",
+        [
+            (
+                '[Serve] Conflict\n\nStacked on "Drain replicas in two phases".\n',
+                {REPLICA: lines(l5="LINE_5 = 'other'")},
+            )
+        ],
     )
     third = tmp_path / "0003-Serve-Conflict.patch"
     third.write_bytes(bad.read_bytes())
@@ -345,6 +364,82 @@ def test_a_patch_that_does_not_apply_leaves_no_branch(tmp_path: Path, wheel: Pat
     assert third.name in str(err.value) and "No branch was created" in str(err.value)
     assert branches(repo) == ["main"]
     assert_untouched(repo, head)
+
+
+# ------------------------------------------------------------ stacks
+
+
+def test_a_stack_paragraph_is_read_across_lines_and_inner_quotes() -> None:
+    message = (
+        'Why.\n\nStacked on "HAProxy: count a server in "UP n/m" as up" and\n'
+        '"Drain replicas in\ntwo phases".\n\nMore.'
+    )
+    assert stack_paragraph(message) == (
+        '"HAProxy: count a server in "UP n/m" as up" and "Drain replicas in two phases".'
+    )
+    assert stack_paragraph("Why.\n\nNot stacked on anything.\n") is None
+
+
+def test_a_stack_includes_what_its_patches_are_stacked_on(tmp_path: Path) -> None:
+    third = (
+        '[Serve] Retune line 12\n\nStacked on "Router skips draining replicas".\n',
+        STEP_3[1],
+    )
+    series = make_series(tmp_path, [STEP_1, STEP_2, third, STEP_4])
+    names = [[p.name[:4] for p in stack] for stack in series_stacks(series)]
+    assert names == [[], ["0001"], ["0001", "0002"], []]
+
+
+def test_a_stack_naming_no_earlier_subject_is_refused(tmp_path: Path) -> None:
+    wrong = ('[Serve] Rename the API\n\nStacked on "Drain replicas in one phase".\n', STEP_4[1])
+    series = make_series(tmp_path, [STEP_1, wrong])
+    with pytest.raises(HarnessError, match="Drain replicas in two phases"):
+        series_stacks(series)
+    # Named later in the series than itself is not a stack either.
+    later = ('[Serve] Rename the API\n\nStacked on "Drain replicas in two phases".\n', STEP_4[1])
+    with pytest.raises(HarnessError, match="Earlier subjects: none"):
+        series_stacks(make_series(tmp_path / "later", [later, STEP_1]))
+
+
+def test_check_stacks_applies_each_patch_on_its_stack_and_runs_its_tests(
+    tmp_path: Path, wheel: Path, env: TestEnv
+) -> None:
+    # Changes line 6, next to the first patch's line 5, and does not say it is
+    # stacked on it: it cannot apply to the pin.
+    unsaid = ("[Serve] Tune line 6\n", {REPLICA: lines(l5="LINE_5 = 'drained'", l6="LINE_6 = 6.0")})
+    series = make_series(tmp_path, [STEP_1, STEP_2, STEP_4, unsaid])
+    result = check_stacks(wheel, series, env)
+    rows = {r.patch: r for r in result.rows}
+    assert (rows["0001"].alone, rows["0001"].applies, str(rows["0001"].tests)) == (
+        True,
+        True,
+        "1 passed",
+    )
+    # The second applies alone too, but its test needs the first: it runs on
+    # its stack, where it passes.
+    assert rows["0002"].stacked_on == ["0001"] and rows["0002"].applies
+    assert str(rows["0002"].tests) == "1 passed"
+    assert rows["0003"].ok and rows["0003"].tests is None
+    assert not rows["0004"].applies and "0004-Serve-Tune-line-6.patch" in rows["0004"].where
+    assert not result.ok
+    assert "1 of 4" not in result.format() and "3 of 4 apply alone" in result.format()
+
+
+def test_check_stacks_reports_a_test_that_fails_on_its_stack(
+    tmp_path: Path, wheel: Path, env: TestEnv
+) -> None:
+    # The second patch's test needs the first, which its message leaves out.
+    needs_first = (
+        "from ray.serve._private import replica, router\n\n\n"
+        "def test_router():\n    assert router.ROUTE == 'skip-draining'\n"
+        "    assert replica.LINE_5 == 'drained'\n"
+    )
+    unstacked = ("[Serve] Router skips draining replicas\n", {**STEP_2[1], TEST_TWO: needs_first})
+    series = make_series(tmp_path, [STEP_1, unstacked])
+    result = check_stacks(wheel, series, env)
+    second = result.rows[1]
+    assert second.applies and not second.tests_ok and not result.ok
+    assert "FAILED" in result.format()
 
 
 # ------------------------------------------------------------ test environment
