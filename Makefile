@@ -27,7 +27,7 @@ harness_run = echo "$(subst ",\",$(1))"; $(1) $(call harness_rc,$(1))
 
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches check-patches \
-        images up down status bench-load bench-health bench-membership bench-keepalive soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
+        images up down status bench-load bench-health bench-membership bench-keepalive bench-stop soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -143,11 +143,14 @@ bench-load: $(PY) ## generator capacity vs the cluster's rate, measured in one r
 bench-health: $(PY) ## controller cost of health checks at several sizes, pull vs push: make bench-health [ARGS="--sizes 16,48 --repeats 2"]
 	@$(call harness_run,$(HARNESS) bench health $(ARGS))
 
-bench-membership: $(PY) ## what a replica change costs HAProxy, stock vs slots vs runtime servers, through the controller and at 16/64/256 servers: make bench-membership [ARGS="--sizes 16,64 --rounds 10"]
+bench-membership: $(PY) ## what a replica change costs HAProxy, stock vs runtime servers, through the controller and at 16/64/256 servers: make bench-membership [ARGS="--sizes 16,64 --rounds 10"]
 	@$(call harness_run,$(HARNESS) bench membership $(ARGS))
 
 bench-keepalive: $(PY) ## what closing after streamed responses costs keep-alive clients, off vs on
 	@$(call harness_run,$(HARNESS) bench keepalive)
+
+bench-stop: $(PY) ## how long an idle ingress replica takes to stop, force-kill budget covering the request timeout off vs on
+	@$(call harness_run,$(HARNESS) bench stop)
 
 SOAK_RUNS ?= 3
 SOAK_MINUTES ?= 10

@@ -240,6 +240,10 @@ def cmd_bench(args) -> None:
         from harness.bench import keepalive as bench_keepalive
 
         bench_keepalive.print_keepalive(bench_keepalive.bench_keepalive())
+    elif args.what == "stop":
+        from harness.bench import stop as bench_stop
+
+        bench_stop.print_stop(bench_stop.bench_stop())
     else:
         from harness.bench import membership as bench_membership
 
@@ -427,9 +431,12 @@ def cmd_upstream(args) -> None:
                 "(make workspace), export it (make export-patches) and run again."
             )
     elif args.action == "stacks":
-        from harness.upstream import stacks
+        from harness.upstream import ray_tests, stacks
 
-        env = testenv.ensure_test_env(pin.ray, pinned_house)
+        # With the requirements Serve's own tests import (httpx, which
+        # `ray.serve._private.test_utils` needs), so no patch test skips here.
+        requirements = ray_tests.load_manifest().requirements
+        env = testenv.ensure_test_env(pin.ray, pinned_house, requirements)
         stacks_report = stacks.check_stacks(pinned_wheel, read_series(), env)
         print(stacks_report.format())
         if not stacks_report.ok:
@@ -586,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
-    p.add_argument("what", choices=["load", "health", "membership", "keepalive"])
+    p.add_argument("what", choices=["load", "health", "membership", "keepalive", "stop"])
     p.add_argument(
         "--rounds",
         type=int,

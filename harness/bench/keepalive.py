@@ -1,4 +1,4 @@
-"""`make bench-keepalive`: what RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE
+"""`make bench-keepalive`: what RAY_SERVE_HAPROXY_CLOSE_AFTER_CHUNKED_RESPONSE
 (patch 0007) costs the clients of a node's HAProxy, with it off and on side by
 side in one run.
 
@@ -33,7 +33,7 @@ from harness.experiment.load import closed_loop
 
 _log = log.get(__name__)
 
-SETTING = "RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE"
+SETTING = "RAY_SERVE_HAPROXY_CLOSE_AFTER_CHUNKED_RESPONSE"
 CLIENTS = (8, 32)
 KINDS = {"short": ("/", 300), "stream": ("/stream?chunks=2", 20)}  # path, requests per client
 REPEATS = 3  # runs per kind and client count; the table shows their medians

@@ -187,10 +187,10 @@ class Ladder:
     # `option idle-close-on-response`: a soft-stopped worker keeps an idle
     # keep-alive connection for one last request instead of closing it (C).
     haproxy_idle_close_on_response: bool = True
-    # RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE (patch 0007, off by
+    # RAY_SERVE_HAPROXY_CLOSE_AFTER_CHUNKED_RESPONSE (patch 0007, off by
     # default): a stream running at a reload leaves no reusable connection, so
     # the client's next request cannot follow it into the stale worker (C).
-    haproxy_close_after_streamed_response: bool = True
+    haproxy_close_after_chunked_response: bool = True
     haproxy_timeout_connect_s: int | None = RAY_TIMEOUT_CONNECT_DEFAULT_S
     # RAY_SERVE_HAPROXY_TIMEOUT_CLIENT_S (C: without close-spread-time, an
     # unused connection stays on a stale worker until it or the hard stop).
@@ -313,9 +313,9 @@ class Ladder:
         # starts nodes with the env the scenarios have always used.
         if self.haproxy_close_spread_s is not None:
             env["RAY_SERVE_HAPROXY_CLOSE_SPREAD_TIME_S"] = str(self.haproxy_close_spread_s)
-        if self.haproxy_close_after_streamed_response:
+        if self.haproxy_close_after_chunked_response:
             # Stock Ray ignores it.
-            env["RAY_SERVE_HAPROXY_CLOSE_AFTER_STREAMED_RESPONSE"] = "1"
+            env["RAY_SERVE_HAPROXY_CLOSE_AFTER_CHUNKED_RESPONSE"] = "1"
         if self.haproxy_timeout_connect_s != RAY_TIMEOUT_CONNECT_DEFAULT_S:
             env["RAY_SERVE_HAPROXY_TIMEOUT_CONNECT_S"] = str(self.haproxy_timeout_connect_s or 0)
         if self.haproxy_retries is not None:
