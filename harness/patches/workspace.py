@@ -107,6 +107,19 @@ _FORMAT_PATCH = (
 )
 
 
+def wheel_repo(wheel: Path, repo: Path) -> Path:
+    """A new git repo at `repo` (a folder it creates) whose one commit, on
+    branch `pinned`, holds the wheel's files the series may change under
+    `python/`, where the patches expect them: the tree patches are applied to
+    in a temporary folder. Returns `repo`."""
+    repo.mkdir()
+    git_output(["init", "--quiet", "--initial-branch=pinned", repo], repo)
+    extract_from_wheel(wheel, repo / "python")
+    git_output(["add", "--all"], repo)
+    git_output(["commit", "--quiet", "--no-verify", "-m", wheel.name], repo, identity=True)
+    return repo
+
+
 def _format_patches(workspace: Path, out_dir: Path) -> list[Path]:
     out = git_output([*_FORMAT_PATCH, "-o", out_dir, f"{BASE_TAG}..HEAD"], workspace)
     files = [Path(line) for line in out.splitlines() if line.strip()]

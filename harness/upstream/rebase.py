@@ -17,7 +17,7 @@ from harness.core import log
 from harness.core.git import git_output, run_git
 from harness.core.proc import output_tail
 from harness.patches.patch_files import SERVE
-from harness.patches.workspace import extract_from_wheel
+from harness.patches.workspace import extract_from_wheel, wheel_repo
 from harness.upstream.branches import patch_number
 from harness.upstream.testenv import PatchTests, TestEnv, run_patch_tests
 
@@ -175,14 +175,7 @@ def rebase_check(
     rows: list[RebaseRow] = []
     with tempfile.TemporaryDirectory(prefix="ray-rebase-check-") as tmp:
         scratch = Path(tmp)
-        repo = scratch / "repo"
-        repo.mkdir()
-        git_output(["init", "--quiet", "--initial-branch=pinned", repo], repo)
-        extract_from_wheel(pinned_wheel, repo / "python")
-        git_output(["add", "--all"], repo)
-        git_output(
-            ["commit", "--quiet", "--no-verify", "-m", f"{pinned_wheel.name}"], repo, identity=True
-        )
+        repo = wheel_repo(pinned_wheel, scratch / "repo")
         # The series on the pinned tree puts every blob a patch names in its
         # `index` lines into this repo; a 3-way merge starts from those.
         am = run_git(

@@ -16,7 +16,7 @@ from harness.core import log
 from harness.core.errors import listing
 from harness.core.git import git_output, run_git
 from harness.core.proc import output_tail
-from harness.patches.workspace import extract_from_wheel
+from harness.patches.workspace import wheel_repo
 from harness.upstream.branches import patch_number, series_stacks
 from harness.upstream.testenv import TestCounts, TestEnv, patch_tests, run_tests
 
@@ -87,12 +87,7 @@ def check_stacks(wheel: Path, patches: list[Path], env: TestEnv | None) -> Stack
     rows: list[StackRow] = []
     with tempfile.TemporaryDirectory(prefix="ray-stacks-") as tmp:
         scratch = Path(tmp)
-        repo = scratch / "repo"
-        repo.mkdir()
-        git_output(["init", "--quiet", "--initial-branch=pinned", repo], repo)
-        extract_from_wheel(wheel, repo / "python")
-        git_output(["add", "--all"], repo)
-        git_output(["commit", "--quiet", "--no-verify", "-m", wheel.name], repo, identity=True)
+        repo = wheel_repo(wheel, scratch / "repo")
         for patch, stack in zip(patches, stacks, strict=True):
             row = StackRow(patch_number(patch), [patch_number(p) for p in stack], False, False)
             rows.append(row)
