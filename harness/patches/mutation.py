@@ -99,27 +99,35 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "lagging ratio",
         _DEPLOYMENT_STATE,
-        "self._arrived_checks < PUSH_HEALTH_INGEST_LAG_RATIO * expected_arrivals",
-        "self._arrived_checks < expected_arrivals",
+        "        lagging = pushing > 0 and stale >= PUSH_HEALTH_INGEST_LAG_RATIO * pushing\n",
+        "        lagging = pushing > 0 and stale >= pushing\n",
     ),
     Mutation(
-        "rate window spans several periods",
+        "staleness judged by each deployment's own window",
         _DEPLOYMENT_STATE,
-        "            PUSH_HEALTH_ARRIVAL_WINDOW_PERIODS * longest_period_s,\n",
-        "            0.0,\n",
+        "        oldest_fresh = time.time() - push_freshness_window_s(period_s)\n",
+        "        oldest_fresh = time.time() - push_freshness_window_s(\n"
+        "            DEFAULT_HEALTH_CHECK_PERIOD_S\n"
+        "        )\n",
     ),
     Mutation(
-        "rate window",
+        "a pruned report counts as stale",
         _DEPLOYMENT_STATE,
-        "        while self._arrivals and self._arrivals[0][0] <= cutoff:\n"
-        "            self._arrived_checks -= self._arrivals.popleft()[1]\n",
-        "        pass\n",
+        "            if pushed is None or pushed.received_at < oldest_fresh:\n",
+        "            if pushed is not None and pushed.received_at < oldest_fresh:\n",
     ),
     Mutation(
-        "lag gate counts checks, not calls",
+        "lag counted at most once a second",
         _DEPLOYMENT_STATE,
-        "            checks += report.num_checks\n",
-        "            checks += 1\n",
+        "            or time.time() - self._lag_checked_at\n"
+        "            >= PUSH_HEALTH_INGEST_LAG_CHECK_INTERVAL_S\n",
+        "            or True\n",
+    ),
+    Mutation(
+        "a report older than an applied probe is not applied",
+        _DEPLOYMENT_STATE,
+        "            and pushed.received_at < self._last_applied_probe_sent_at\n",
+        "            and False\n",
     ),
     Mutation(
         "arrival dated back by the relay hold",
@@ -138,12 +146,6 @@ MUTATIONS: tuple[Mutation, ...] = (
         _DEPLOYMENT_STATE,
         "            self._probe_now = True\n            return\n",
         "            return\n",
-    ),
-    Mutation(
-        "expected-rate cadence",
-        _DEPLOYMENT_STATE,
-        "    interval_s = PUSH_HEALTH_SELF_CHECK_PERIOD_FRACTION * health_check_period_s\n",
-        "    interval_s = health_check_period_s\n",
     ),
     Mutation(
         "once-per-period failure counting",
