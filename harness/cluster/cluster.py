@@ -385,6 +385,21 @@ class Cluster:
         the LBs find it where they left it."""
         engine.connect(self._network, node.handle, node.ip)
 
+    def slow_link(self, node: Node, rate_kbit: int) -> None:
+        """Limit the node's network link to `rate_kbit` each way; `restore_link`
+        undoes it."""
+        engine.shape_link(node.handle, rate_kbit)
+
+    def restore_link(self, node: Node) -> None:
+        engine.unshape_link(node.handle)
+
+    def lb_exclude(self, node: Node) -> None:
+        """Stop the front LB sending the node new requests (maintenance), as a
+        user routes around a node they do not serve from."""
+        frontlb.admin_command(
+            self._run_in_lb, f"set server {frontlb.BACKEND}/{node.name} state maint"
+        )
+
     # ------------------------------------------------------------------ queries
 
     def exec_head(self, args: list[str], check: bool = True) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -24,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.core import log
+from harness.core import log, proc
 from harness.core.errors import HarnessError
 
 _log = log.get(__name__)
@@ -427,6 +428,93 @@ def exec_lines(container, cmd: list[str]) -> Iterator[str]:
         _log.debug("exec stream in %s ended: %s", container.name, exc)
     if pending:
         yield pending.decode(errors="replace")
+
+
+# ------------------------------------------------------------------ link shaping
+
+# A token bucket on both directions of a container's link: its own eth0 (what
+# it sends) and the host's end of its veth pair (what it receives). Shaped from
+# the host (`nsenter` into the container's network namespace), so the node
+# needs no NET_ADMIN; deleting the qdiscs restores each end's default.
+_TBF_BURST, _TBF_LATENCY = "8kb", "2s"
+
+
+@dataclass(frozen=True)
+class _LinkEnd:
+    # The argv prefix that runs a command where this end lives (empty: the host).
+    where: tuple[str, ...]
+    device: str
+
+    def tc(self, verb: str, *args: str) -> str:
+        cmd = [*self.where, "tc", "qdisc", verb, "dev", self.device, *args]
+        done = proc.run(cmd, timeout=30)
+        if done.returncode != 0:
+            raise HarnessError(
+                f"`{' '.join(cmd)}` failed (exit {done.returncode}): "
+                f"{(done.stderr or done.stdout).strip()}\n"
+                "Shaping a node's link needs root on the host, with `tc` and "
+                "`nsenter` (Debian packages iproute2 and util-linux)."
+            )
+        return done.stdout
+
+    def shaped(self) -> bool:
+        return " tbf " in self.tc("show")
+
+
+def _link_ends(container) -> tuple[_LinkEnd, _LinkEnd]:
+    container.reload()
+    inside = ("nsenter", "-t", str(container.attrs["State"]["Pid"]), "-n")
+    # `ip` answers from the namespace it runs in ("7: eth0@if8: ..."); sysfs
+    # would answer from the host's, where it is mounted.
+    done = proc.run([*inside, "ip", "-o", "link", "show", "eth0"], timeout=30)
+    peer = re.search(r"eth0@if(\d+):", done.stdout)
+    if done.returncode != 0 or peer is None:
+        raise HarnessError(
+            f"cannot read {container.name}'s link from its network namespace: "
+            f"{(done.stderr or done.stdout).strip()}"
+        )
+    iflink = peer.group(1)
+    for name in sorted(os.listdir("/sys/class/net")):
+        if Path(f"/sys/class/net/{name}/ifindex").read_text().strip() == iflink:
+            return _LinkEnd(inside, "eth0"), _LinkEnd((), name)
+    raise HarnessError(f"the host's end of {container.name}'s link (ifindex {iflink}) is gone")
+
+
+def shape_link(container, rate_kbit: int) -> None:
+    """Limit the container's link to `rate_kbit` in each direction; what goes
+    beyond queues (up to _TBF_LATENCY) and then drops. Refuses a link another
+    tool already shaped, and leaves nothing behind if the second end fails."""
+    ends = _link_ends(container)
+    for end in ends:
+        shown = end.tc("show")
+        if "root" in shown and "noqueue" not in shown:
+            raise HarnessError(f"{container.name}'s link is already shaped: {shown.strip()}")
+    added: list[_LinkEnd] = []
+    try:
+        for end in ends:
+            end.tc(
+                "add",
+                "root",
+                "tbf",
+                "rate",
+                f"{rate_kbit}kbit",
+                "burst",
+                _TBF_BURST,
+                "latency",
+                _TBF_LATENCY,
+            )
+            added.append(end)
+    except BaseException:
+        for end in added:
+            end.tc("del", "root")
+        raise
+
+
+def unshape_link(container) -> None:
+    """Remove what `shape_link` added; each end's default comes back."""
+    for end in _link_ends(container):
+        if end.shaped():
+            end.tc("del", "root")
 
 
 # ------------------------------------------------------------------ networks

@@ -20,7 +20,15 @@ PROBES = "ray_serve_health_check_latency_ms_count"
 BATCHES = "ray_serve_controller_health_report_batches_total"
 REPORTS = "ray_serve_controller_health_reports_total"
 DEFERRED = "ray_serve_health_check_probes_deferred_total"
-HEALTH_COUNTERS = {"probes": PROBES, "batches": BATCHES, "reports": REPORTS, "deferred": DEFERRED}
+# Probe timeouts the controller did not charge while it counted itself behind.
+NOT_CHARGED = "ray_serve_health_check_timeouts_not_charged_total"
+HEALTH_COUNTERS = {
+    "probes": PROBES,
+    "batches": BATCHES,
+    "reports": REPORTS,
+    "deferred": DEFERRED,
+    "not_charged": NOT_CHARGED,
+}
 # Logged both for a strike (a probe timeout: "Didn't receive health check
 # response ... marking it unhealthy") and for the verdict ("... failed the health
 # check 3 times in a row, marking it unhealthy").

@@ -144,6 +144,21 @@ async def partition_node(cluster: Cluster, node: Node, history: History, duratio
         _event(history, "partition", "end", node.name)
 
 
+async def slow_link(
+    cluster: Cluster, node: Node, history: History, rate_kbit: int, duration_s: float
+) -> None:
+    """Throttle the node's link (a token bucket, both directions) for a while:
+    what a saturated or degraded network path does to everything the node sends
+    and receives. The link is restored whatever happens."""
+    _event(history, "slow_link", "start", node.name, rate_kbit=rate_kbit)
+    await asyncio.to_thread(cluster.slow_link, node, rate_kbit)
+    try:
+        await asyncio.sleep(duration_s)
+    finally:
+        await asyncio.to_thread(cluster.restore_link, node)
+        _event(history, "slow_link", "end", node.name)
+
+
 async def fail_health_check(history: History, host: str, port: int, prefix: str = "") -> str:
     """Flip the echo app's switch on whichever replica gets this request (of the
     app at route `prefix`): from then on its `check_health` raises. Returns that

@@ -5,7 +5,7 @@ run against several images side by side and judged from the recorded history.
 """
 
 from harness.scenarios.base import ScenarioOutcome, run_scenario
-from harness.scenarios.health import ControllerLag, HealthFailure, StuckReceiver
+from harness.scenarios.health import ControllerLag, HealthFailure, SlowHeadLink, StuckReceiver
 from harness.scenarios.membership_churn import MembershipChurn
 from harness.scenarios.request_overrun import RequestOverrun
 from harness.scenarios.spot_preemption import SpotPreemption
@@ -22,6 +22,7 @@ SCENARIOS = {
         HealthFailure,
         ControllerLag,
         StuckReceiver,
+        SlowHeadLink,
         RequestOverrun,
         MembershipChurn,
         StreamingDrain,

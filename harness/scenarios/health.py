@@ -8,6 +8,10 @@ replica, against the patched image with RAY_SERVE_ENABLE_PUSH_HEALTH=1.
                      On 2.60.0 stock logs no strike either: on SIGCONT the core
                      worker completes the probe replies that arrived during the
                      stop before the control loop looks at them.
+    slow_head_link   the head's network link throttled (a token bucket both
+                     ways) for several health-check periods, twice, under load
+                     routed around the head: no healthy replica may be
+                     replaced and no request lost
     stuck_receiver   the controller paused for 12 s, six health-check
                      periods; the replicas' reports recover within a period
                      after it, so the controller does not fall back to probing
@@ -30,13 +34,14 @@ from harness.experiment.health import (
     PROBES,
     TIMEOUT_S,
     UNHEALTHY,
+    VERDICTS,
     health_counters,
     wait_for_unhealthy,
     wait_replaced,
 )
 from harness.experiment.history import History
 from harness.experiment.load import LoadSpec, open_loop
-from harness.experiment.nemesis import controller_lag, fail_health_check
+from harness.experiment.nemesis import controller_lag, fail_health_check, slow_link
 from harness.scenarios.base import (
     PATCHED,
     STOCK,
@@ -72,6 +77,13 @@ class FailureFacts(Facts):
 class LagFacts(Facts):
     false_kills: int = fact("false strikes or kills logged")
     replaced: int = fact("replicas replaced")
+
+
+@dataclass
+class SlowLinkFacts(Facts):
+    replaced: int = fact("healthy replicas replaced")
+    verdicts: int = fact("unhealthy verdicts logged")
+    not_charged: float = fact("probe timeouts not charged")
 
 
 @dataclass
@@ -251,6 +263,99 @@ class ControllerLag(_HealthScenario[LagFacts]):
                 "not hurt pull, so this run shows no difference"
             )
         return push.facts.false_kills == 0, findings
+
+
+class SlowHeadLink(_HealthScenario[SlowLinkFacts]):
+    """The head's link slowed for several health-check periods: every probe
+    reply and every pushed report reaches the controller late. Requests go
+    around the head (the front LB has it in maintenance) to replicas on two
+    workers, so what is lost is lost to the controller's verdicts, not to the
+    slow link itself."""
+
+    name = "slow_head_link"
+    title = "The head's network link slowed for several health-check periods"
+    replicas = 4
+    # A 1 s period and timeout: a slow link delays a reply past it at once.
+    period_s = timeout_s = 1.0
+    # (kbit/s each way, seconds): two slowdowns of different depth and length,
+    # 25 s apart, in one run.
+    throttles = ((64, 15.0), (32, 8.0))
+    settle_s = 25.0
+
+    def _cluster(self, tag: str, config: RunConfig, extra_env: dict | None = None) -> Cluster:
+        return Cluster(
+            ClusterConfig(
+                image=tag,
+                name=f"rayspot-{self.name.replace('_', '-')}",
+                workers=2,
+                env={**config.env, **FAST_METRICS, **(extra_env or {})},
+                worker_resources={"w": 10},
+                metrics_port=METRICS_PORT,
+            )
+        )
+
+    def _deploy(self, cluster: Cluster) -> None:
+        cluster.deploy(
+            appconfigs.deploy_config(
+                appconfigs.echo_app(
+                    num_replicas=self.replicas,
+                    max_replicas_per_node=2,
+                    ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
+                    health_check_period_s=self.period_s,
+                    health_check_timeout_s=self.timeout_s,
+                )
+            )
+        )
+        cluster.wait_lb_ready()
+        cluster.lb_exclude(cluster.head)
+
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History()
+        with self._cluster(image_tag, config) as cluster:
+            self._deploy(cluster)
+            history.observe(
+                REPLICAS_BEFORE, sorted(cluster.replica_names("echo", "Echo")), time.time()
+            )
+            faults_s = sum(d + self.settle_s for _, d in self.throttles)
+
+            async def main():
+                load = asyncio.create_task(
+                    open_loop(
+                        "127.0.0.1",
+                        cluster.lb_port,
+                        LoadSpec(rate=10, duration_s=faults_s + 5, connections=16, timeout_s=30),
+                        history,
+                    )
+                )
+                await asyncio.sleep(5)
+                for rate_kbit, duration_s in self.throttles:
+                    await slow_link(cluster, cluster.head, history, rate_kbit, duration_s)
+                    await asyncio.sleep(self.settle_s)
+                await load
+
+            asyncio.run(main())
+            observe_log_lines(history, cluster, cluster.head, [UNHEALTHY], "head")
+            history.observe(
+                REPLICAS_AFTER, sorted(cluster.replica_names("echo", "Echo")), time.time()
+            )
+            time.sleep(2)  # the last second's counts, exported every second
+            history.observe(
+                COUNTED, health_counters(cluster.metrics_text()), time.time(), target="controller"
+            )
+        return history
+
+    def judge(self, config: RunConfig, history: History) -> ImageRun[SlowLinkFacts]:
+        started = history.observed(REPLICAS_BEFORE)[0].time
+        verdicts = [t for v in VERDICTS for t in logged(history, "head", v, since=started)]
+        before, after = set(history.value(REPLICAS_BEFORE)), set(history.value(REPLICAS_AFTER))
+        counted = history.value(COUNTED) or {}
+        facts = SlowLinkFacts(
+            replaced=len(before - after),
+            verdicts=len(verdicts),
+            not_charged=counted.get("not_charged", 0.0),
+        )
+        checks = [("no healthy replica replaced", before == after and not verdicts)]
+        return ImageRun(config.label, history, facts, config, checks=checks)
 
 
 class StuckReceiver(_HealthScenario[StuckFacts]):

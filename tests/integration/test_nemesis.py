@@ -4,6 +4,7 @@ see (the node dies, freezes, drops off the network; the replica is replaced;
 the controller stops; HAProxy reloads)."""
 
 import asyncio
+import http.client
 import time
 
 import pytest
@@ -126,6 +127,38 @@ def test_partition_cuts_the_node_off_and_heals(cluster):
     assert asyncio.run(cut_and_look()) is False
     assert _reachable(node.ip)
     assert _phases(history, "partition") == ["start", "end"]
+
+
+def _upload_s(ip: str, size: int = 40_000) -> float:
+    """Seconds to send a request body of `size` bytes through the node's
+    Serve port and read the answer (whatever its status)."""
+    started = time.monotonic()
+    conn = http.client.HTTPConnection(ip, SERVE_PORT, timeout=30)
+    try:
+        conn.request("POST", "/", body=b"x" * size)
+        conn.getresponse().read()
+    finally:
+        conn.close()
+    return time.monotonic() - started
+
+
+def test_slow_link_throttles_the_node_and_restores_it(cluster):
+    history = History()
+    node = cluster.head
+    before = _upload_s(node.ip)
+
+    async def throttle_and_time():
+        task = asyncio.create_task(nemesis.slow_link(cluster, node, history, 64, 12))
+        await asyncio.sleep(1)
+        during = await asyncio.to_thread(_upload_s, node.ip)
+        await task
+        return during
+
+    # 40 kB at 64 kbit/s is 5 s on the wire.
+    during = asyncio.run(throttle_and_time())
+    after = _upload_s(node.ip)
+    assert during > 4.0 > 1.0 > max(before, after), (before, during, after)
+    assert _phases(history, "slow_link") == ["start", "end"]
 
 
 def test_pause_freezes_the_node(cluster):

@@ -54,7 +54,8 @@ IMAGES = {"membership_churn": PATCHED_ONLY}
 # a patched run overrun it (6 of 32) with two clusters at once; ending 3 s
 # inside, the two runs took 107 s together (176 s one after the other), stock
 # failed (6 of 507) and patched did not.
-PARALLEL = {"membership_churn": 1}
+# slow_head_link times health checks to the second: one cluster at a time.
+PARALLEL = {"membership_churn": 1, "slow_head_link": 1}
 
 
 @pytest.mark.parametrize(
@@ -64,6 +65,7 @@ PARALLEL = {"membership_churn": 1}
         "drain_window_admission",
         "spot_preemption",
         "health_failure",
+        "slow_head_link",
         "request_overrun",
         "membership_churn",
         "streaming_drain",

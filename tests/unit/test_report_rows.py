@@ -92,6 +92,8 @@ PATCHED_TEXT = "\n".join(
         'ray_serve_controller_health_report_batches_total{Component="core_worker"} 15.0',
         'ray_serve_controller_health_reports_total{Component="core_worker"} 60.0',
         'ray_serve_health_check_probes_deferred_total{deployment="Echo"} 57.0',
+        'ray_serve_health_check_timeouts_not_charged_total{deployment="Echo"} 2.0',
+        'ray_serve_health_check_timeouts_not_charged_total{deployment="B"} 1.0',
     ]
 )
 
@@ -102,8 +104,15 @@ def test_health_counters_are_summed_over_deployments_and_zero_when_absent():
         "batches": 15.0,
         "reports": 60.0,
         "deferred": 57.0,
+        "not_charged": 3.0,
     }
-    assert health_counters("") == {"probes": 0, "batches": 0, "reports": 0, "deferred": 0}
+    assert health_counters("") == {
+        "probes": 0,
+        "batches": 0,
+        "reports": 0,
+        "deferred": 0,
+        "not_charged": 0,
+    }
 
 
 def test_the_health_row_shows_pushed_reports_only_where_there_are_some():
