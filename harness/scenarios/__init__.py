@@ -5,7 +5,13 @@ run against several images side by side and judged from the recorded history.
 """
 
 from harness.scenarios.base import ScenarioOutcome, run_scenario
-from harness.scenarios.health import ControllerLag, HealthFailure, SlowHeadLink, StuckReceiver
+from harness.scenarios.health import (
+    ControllerLag,
+    HealthFailure,
+    SlowHeadLink,
+    SlowWorkerLink,
+    StuckReceiver,
+)
 from harness.scenarios.membership_churn import MembershipChurn
 from harness.scenarios.request_overrun import RequestOverrun
 from harness.scenarios.spot_preemption import SpotPreemption
@@ -23,6 +29,7 @@ SCENARIOS = {
         ControllerLag,
         StuckReceiver,
         SlowHeadLink,
+        SlowWorkerLink,
         RequestOverrun,
         MembershipChurn,
         StreamingDrain,

@@ -12,6 +12,8 @@ replica, against the patched image with RAY_SERVE_ENABLE_PUSH_HEALTH=1.
                      ways) for several health-check periods, twice, under load
                      routed around the head: no healthy replica may be
                      replaced and no request lost
+    slow_worker_link the same on one worker's link, half the fleet behind it: a
+                     measurement of what each mode does
     stuck_receiver   the controller paused for 12 s, six health-check
                      periods; the replicas' reports recover within a period
                      after it, so the controller does not fall back to probing
@@ -27,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig
+from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
 from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH, RunConfig
 from harness.experiment.health import (
     PERIOD_S,
@@ -307,7 +309,14 @@ class SlowHeadLink(_HealthScenario[SlowLinkFacts]):
             )
         )
         cluster.wait_lb_ready()
-        cluster.lb_exclude(cluster.head)
+        for node in self._routed_around(cluster):
+            cluster.lb_exclude(node)
+
+    def _slowed(self, cluster: Cluster) -> Node:
+        return cluster.head
+
+    def _routed_around(self, cluster: Cluster) -> list[Node]:
+        return [cluster.head]
 
     def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
@@ -329,7 +338,7 @@ class SlowHeadLink(_HealthScenario[SlowLinkFacts]):
                 )
                 await asyncio.sleep(5)
                 for rate_kbit, duration_s in self.throttles:
-                    await slow_link(cluster, cluster.head, history, rate_kbit, duration_s)
+                    await slow_link(cluster, self._slowed(cluster), history, rate_kbit, duration_s)
                     await asyncio.sleep(self.settle_s)
                 await load
 
@@ -356,6 +365,34 @@ class SlowHeadLink(_HealthScenario[SlowLinkFacts]):
         )
         checks = [("no healthy replica replaced", before == after and not verdicts)]
         return ImageRun(config.label, history, facts, config, checks=checks)
+
+
+class SlowWorkerLink(SlowHeadLink):
+    """One worker's link slowed instead of the head's: its two replicas' probe
+    replies and reports are late, the other worker's are not. A measurement,
+    not a pass/fail claim: whether replacing replicas behind a link too slow
+    to answer a probe is right depends on what the link still carries. The
+    load goes through the other worker only, so requests to the slowed
+    worker's replicas cross its slow link (some may be lost to the link
+    itself, which the report attributes to the fault windows)."""
+
+    name = "slow_worker_link"
+    title = "One worker's network link slowed for several health-check periods"
+
+    def _slowed(self, cluster: Cluster) -> Node:
+        return cluster.workers[0]
+
+    def _routed_around(self, cluster: Cluster) -> list[Node]:
+        return [cluster.head, cluster.workers[0]]
+
+    def expect(self, runs: dict[str, ImageRun[SlowLinkFacts]]) -> tuple[bool, list[str]]:
+        findings = [
+            f"{r.label}: {r.facts.replaced} healthy replicas replaced, "
+            f"{r.facts.verdicts} unhealthy verdicts, {r.facts.not_charged:.0f} probe "
+            "timeouts not charged"
+            for r in runs.values()
+        ]
+        return True, findings
 
 
 class StuckReceiver(_HealthScenario[StuckFacts]):
