@@ -99,22 +99,38 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "lagging ratio",
         _DEPLOYMENT_STATE,
-        "        lagging = pushing > 0 and stale >= PUSH_HEALTH_INGEST_LAG_RATIO * pushing\n",
-        "        lagging = pushing > 0 and stale >= pushing\n",
+        "            mostly_stale = stale >= PUSH_HEALTH_INGEST_LAG_RATIO * (stale + fresh)\n",
+        "            mostly_stale = stale >= stale + fresh\n",
     ),
     Mutation(
-        "staleness judged by each deployment's own window",
+        "stale only past a replica's own window",
         _DEPLOYMENT_STATE,
-        "        oldest_fresh = time.time() - push_freshness_window_s(period_s)\n",
-        "        oldest_fresh = time.time() - push_freshness_window_s(\n"
-        "            DEFAULT_HEALTH_CHECK_PERIOD_S\n"
-        "        )\n",
+        "                if age_s > window_s:\n",
+        "                if age_s > shortest_window_s:\n",
+    ),
+    Mutation(
+        "fresh only within the shortest window",
+        _DEPLOYMENT_STATE,
+        "                elif age_s <= shortest_window_s:\n",
+        "                else:\n",
+    ),
+    Mutation(
+        "lag needs stale replicas on several nodes",
+        _DEPLOYMENT_STATE,
+        "            on_enough_nodes = len(stale_nodes) >= PUSH_HEALTH_INGEST_LAG_MIN_NODES\n",
+        "            on_enough_nodes = True\n",
     ),
     Mutation(
         "a pruned report counts as stale",
         _DEPLOYMENT_STATE,
-        "            if pushed is None or pushed.received_at < oldest_fresh:\n",
-        "            if pushed is not None and pushed.received_at < oldest_fresh:\n",
+        "            age_s = math.inf if pushed is None else now - pushed.received_at\n",
+        "            age_s = 0.0 if pushed is None else now - pushed.received_at\n",
+    ),
+    Mutation(
+        "a batch held up in transit is dated back",
+        _DEPLOYMENT_STATE,
+        "        return took_s - floor_s\n",
+        "        return 0.0\n",
     ),
     Mutation(
         "lag counted at most once a second",
@@ -132,8 +148,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "arrival dated back by the relay hold",
         _DEPLOYMENT_STATE,
-        "                now - max(0.0, report.held_s),\n",
-        "                now,\n",
+        "                now - max(0.0, report.held_s) - in_transit_s,\n",
+        "                now - in_transit_s,\n",
     ),
     Mutation(
         "fallback probe for stale reports",
