@@ -393,6 +393,31 @@ class Cluster:
     def restore_link(self, node: Node) -> None:
         engine.unshape_link(node.handle)
 
+    def drop_packets(self, node: Node, fraction: float) -> None:
+        """Drop `fraction` of the node's packets each way, at random;
+        `stop_dropping_packets` undoes it."""
+        engine.drop_packets(node.handle, fraction)
+
+    def stop_dropping_packets(self, node: Node) -> None:
+        engine.stop_dropping_packets(node.handle)
+
+    def limit_cpu(self, node: Node, cpus: float) -> None:
+        """Cap the node's CPU at `cpus` cores; `unlimit_cpu` lifts it."""
+        engine.limit_cpu(node.handle, cpus)
+
+    def unlimit_cpu(self, node: Node) -> None:
+        engine.unlimit_cpu(node.handle)
+
+    def node_of(self, ray_node_id: str) -> Node:
+        """The node a Ray node id names (by its address)."""
+        for ray_node in self.alive_ray_nodes():
+            if ray_node["NodeID"] == ray_node_id:
+                ip = ray_node["NodeManagerAddress"]
+                for node in self.nodes:
+                    if node.ip == ip:
+                        return node
+        raise HarnessError(f"no node of this cluster is Ray node {ray_node_id}")
+
     def lb_exclude(self, node: Node) -> None:
         """Stop the front LB sending the node new requests (maintenance), as a
         user routes around a node they do not serve from."""

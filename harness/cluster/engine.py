@@ -461,9 +461,15 @@ class _LinkEnd:
         return " tbf " in self.tc("show")
 
 
-def _link_ends(container) -> tuple[_LinkEnd, _LinkEnd]:
+def _netns(container) -> tuple[str, ...]:
+    """The argv prefix that runs a host command in the container's network
+    namespace."""
     container.reload()
-    inside = ("nsenter", "-t", str(container.attrs["State"]["Pid"]), "-n")
+    return ("nsenter", "-t", str(container.attrs["State"]["Pid"]), "-n")
+
+
+def _link_ends(container) -> tuple[_LinkEnd, _LinkEnd]:
+    inside = _netns(container)
     # `ip` answers from the namespace it runs in ("7: eth0@if8: ..."); sysfs
     # would answer from the host's, where it is mounted.
     done = proc.run([*inside, "ip", "-o", "link", "show", "eth0"], timeout=30)
@@ -515,6 +521,76 @@ def unshape_link(container) -> None:
     for end in _link_ends(container):
         if end.shaped():
             end.tc("del", "root")
+
+
+# Random loss of packets both ways, by iptables rules in the container's
+# network namespace, marked with this comment so only they are removed.
+_LOSS_MARK = "rayspot-packet-loss"
+
+
+def _loss_rule(fraction: float) -> list[str]:
+    return [
+        "-m",
+        "statistic",
+        "--mode",
+        "random",
+        "--probability",
+        f"{fraction:.4f}",
+        "-m",
+        "comment",
+        "--comment",
+        _LOSS_MARK,
+        "-j",
+        "DROP",
+    ]
+
+
+def _iptables(container, *args: str) -> str:
+    cmd = [*_netns(container), "iptables", *args]
+    done = proc.run(cmd, timeout=30)
+    if done.returncode != 0:
+        raise HarnessError(
+            f"`{' '.join(cmd)}` failed (exit {done.returncode}): "
+            f"{(done.stderr or done.stdout).strip()}\n"
+            "Dropping a node's packets needs root on the host, with `iptables` "
+            "(and its statistic match) and `nsenter`."
+        )
+    return done.stdout
+
+
+def drop_packets(container, fraction: float) -> None:
+    """Drop `fraction` of the packets the container sends and receives, at
+    random. Refuses a container that already drops some; leaves no rule
+    behind if the second one fails."""
+    if _LOSS_MARK in _iptables(container, "-S"):
+        raise HarnessError(f"{container.name} already drops packets")
+    added: list[str] = []
+    try:
+        for chain in ("INPUT", "OUTPUT"):
+            _iptables(container, "-I", chain, "1", *_loss_rule(fraction))
+            added.append(chain)
+    except BaseException:
+        for chain in added:
+            _iptables(container, "-D", chain, *_loss_rule(fraction))
+        raise
+
+
+def stop_dropping_packets(container) -> None:
+    """Remove the rules `drop_packets` added, whatever their fraction."""
+    for line in _iptables(container, "-S").splitlines():
+        if _LOSS_MARK in line and line.startswith("-A "):
+            _iptables(container, "-D", *line.split()[1:])
+
+
+def limit_cpu(container, cpus: float) -> None:
+    """Cap the container's CPU at `cpus` cores (a CFS quota)."""
+    period_us = 100_000
+    container.update(cpu_period=period_us, cpu_quota=max(1000, int(cpus * period_us)))
+
+
+def unlimit_cpu(container) -> None:
+    """Lift the cap `limit_cpu` set (no quota, as the harness starts nodes)."""
+    container.update(cpu_quota=-1)
 
 
 # ------------------------------------------------------------------ networks

@@ -159,6 +159,71 @@ async def slow_link(
         _event(history, "slow_link", "end", node.name)
 
 
+async def lossy_link(
+    cluster: Cluster, node: Node, history: History, fraction: float, duration_s: float
+) -> None:
+    """Drop a fraction of the node's packets each way, at random, for a while;
+    restored whatever happens."""
+    _event(history, "packet_loss", "start", node.name, fraction=fraction)
+    await asyncio.to_thread(cluster.drop_packets, node, fraction)
+    try:
+        await asyncio.sleep(duration_s)
+    finally:
+        await asyncio.to_thread(cluster.stop_dropping_packets, node)
+        _event(history, "packet_loss", "end", node.name)
+
+
+async def starve_cpu(
+    cluster: Cluster, node: Node, history: History, cpus: float, duration_s: float
+) -> None:
+    """Cap the node's CPU (a cgroup quota) for a while: a noisy neighbour."""
+    _event(history, "cpu_starvation", "start", node.name, cpus=cpus)
+    await asyncio.to_thread(cluster.limit_cpu, node, cpus)
+    try:
+        await asyncio.sleep(duration_s)
+    finally:
+        await asyncio.to_thread(cluster.unlimit_cpu, node)
+        _event(history, "cpu_starvation", "end", node.name)
+
+
+async def hang_replica(
+    cluster: Cluster, history: History, app: str, deployment: str, duration_s: float
+) -> str:
+    """Stop one replica's worker process (SIGSTOP) for a while: its
+    connections open and nothing answers, not even its health check. Resumed
+    whatever happens. Returns the replica's actor name."""
+    # The actor table can still list a replica whose process just went (one
+    # being replaced): take one whose process is there.
+    for _ in range(10):
+        by_node = await asyncio.to_thread(cluster.replicas_by_node, app, deployment)
+        candidates = [
+            (ray_node_id, actor)
+            for ray_node_id, actors in sorted(by_node.items())
+            for actor in sorted(actors, key=lambda a: a["name"])
+        ]
+        for ray_node_id, replica in candidates:
+            node = await asyncio.to_thread(cluster.node_of, ray_node_id)
+            pid = str(replica["pid"])
+            code, _ = await asyncio.to_thread(cluster.exec_in, node, ["kill", "-0", pid], False)
+            if code == 0:
+                break
+        else:
+            await asyncio.sleep(1)
+            continue
+        break
+    else:
+        raise HarnessError(f"no alive replica process of {app}/{deployment} to hang")
+    _event(history, "hung_replica", "start", replica["name"], pid=pid)
+    await asyncio.to_thread(cluster.exec_in, node, ["kill", "-STOP", pid])
+    try:
+        await asyncio.sleep(duration_s)
+    finally:
+        # A replica replaced meanwhile took its process with it.
+        await asyncio.to_thread(cluster.exec_in, node, ["kill", "-CONT", pid], False)
+        _event(history, "hung_replica", "end", replica["name"])
+    return replica["name"]
+
+
 async def fail_health_check(history: History, host: str, port: int, prefix: str = "") -> str:
     """Flip the echo app's switch on whichever replica gets this request (of the
     app at route `prefix`): from then on its `check_health` raises. Returns that

@@ -156,9 +156,80 @@ def test_slow_link_throttles_the_node_and_restores_it(cluster):
 
     # 40 kB at 64 kbit/s is 5 s on the wire.
     during = asyncio.run(throttle_and_time())
+    # Restored: fast again once the node's HAProxy has seen its replicas' checks
+    # pass again (they failed behind the slow link).
+    deadline = time.monotonic() + 15
     after = _upload_s(node.ip)
+    while after > 1.0 and time.monotonic() < deadline:
+        time.sleep(1)
+        after = _upload_s(node.ip)
     assert during > 4.0 > 1.0 > max(before, after), (before, during, after)
     assert _phases(history, "slow_link") == ["start", "end"]
+
+
+def _healthz_failures(ip: str, tries: int) -> int:
+    """Of `tries` /-/healthz requests to the node with 1 s to answer, how
+    many got no answer."""
+
+    async def probe():
+        failed = 0
+        for i in range(tries):
+            conn = HTTPConnection(ip, SERVE_PORT, i)
+            row = await conn.get("/-/healthz", "probe", 1.0)
+            conn.close()
+            failed += row.status is None
+        return failed
+
+    return asyncio.run(probe())
+
+
+def test_packet_loss_drops_some_of_the_nodes_traffic_and_stops(cluster):
+    history = History()
+    node = cluster.workers[1]
+
+    async def lose_and_count():
+        task = asyncio.create_task(nemesis.lossy_link(cluster, node, history, 0.6, 30))
+        await asyncio.sleep(1)
+        during = await asyncio.to_thread(_healthz_failures, node.ip, 12)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        return during
+
+    # A lost SYN or reply is retransmitted after 1 s: past the 1 s to answer.
+    assert asyncio.run(lose_and_count()) >= 3
+    assert _healthz_failures(node.ip, 10) == 0
+    assert _phases(history, "packet_loss") == ["start", "end"]
+
+
+def _busy_s(cluster, node) -> float:
+    started = time.monotonic()
+    cluster.exec_in(node, ["python3", "-c", "sum(range(2 * 10**6))"])
+    return time.monotonic() - started
+
+
+def test_cpu_starvation_slows_the_node_and_lifts(cluster):
+    history = History()
+    node = cluster.workers[1]
+    before = _busy_s(cluster, node)
+
+    async def starve_and_time():
+        task = asyncio.create_task(nemesis.starve_cpu(cluster, node, history, 0.05, 60))
+        await asyncio.sleep(0.5)
+        during = await asyncio.to_thread(_busy_s, cluster, node)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        return during
+
+    during = asyncio.run(starve_and_time())
+    after = _busy_s(cluster, node)
+    assert during > 3 * max(before, after), (before, during, after)
+    assert _phases(history, "cpu_starvation") == ["start", "end"]
 
 
 def test_pause_freezes_the_node(cluster):
@@ -175,6 +246,33 @@ def test_pause_freezes_the_node(cluster):
     assert asyncio.run(pause_and_look()) == "paused"
     assert cluster.node_status(node) == "running"
     assert _phases(history, "pause") == ["start", "end"]
+
+
+def test_a_hung_replica_is_stopped_and_resumed(cluster):
+    history = History()
+
+    async def hang_and_look():
+        task = asyncio.create_task(nemesis.hang_replica(cluster, history, "echo", "Echo", 3))
+        await asyncio.sleep(1.5)
+        start = next(e for e in history.events if e.fault == "hung_replica")
+        node = await asyncio.to_thread(
+            cluster.node_of,
+            next(
+                ray_node
+                for ray_node, actors in cluster.replicas_by_node("echo", "Echo").items()
+                if any(a["name"] == start.target for a in actors)
+            ),
+        )
+        pid = start.detail["pid"]
+        state = await asyncio.to_thread(cluster.exec_in, node, ["ps", "-o", "stat=", "-p", pid])
+        await task
+        return node, pid, state[1].strip()
+
+    node, pid, state = asyncio.run(hang_and_look())
+    assert state.startswith("T")  # stopped
+    _, after = cluster.exec_in(node, ["ps", "-o", "stat=", "-p", pid], check=False)
+    assert not after.strip().startswith("T")
+    assert _phases(history, "hung_replica") == ["start", "end"]
 
 
 def test_kill_takes_the_node_away(cluster):
