@@ -150,8 +150,10 @@ async def slow_link(
     """Throttle the node's link (a token bucket, both directions) for a while:
     what a saturated or degraded network path does to everything the node sends
     and receives. The link is restored whatever happens."""
-    _event(history, "slow_link", "start", node.name, rate_kbit=rate_kbit)
+    # The fault starts once it holds (the host commands can take a while on a
+    # loaded machine).
     await asyncio.to_thread(cluster.slow_link, node, rate_kbit)
+    _event(history, "slow_link", "start", node.name, rate_kbit=rate_kbit)
     try:
         await asyncio.sleep(duration_s)
     finally:
@@ -164,8 +166,8 @@ async def lossy_link(
 ) -> None:
     """Drop a fraction of the node's packets each way, at random, for a while;
     restored whatever happens."""
-    _event(history, "packet_loss", "start", node.name, fraction=fraction)
     await asyncio.to_thread(cluster.drop_packets, node, fraction)
+    _event(history, "packet_loss", "start", node.name, fraction=fraction)
     try:
         await asyncio.sleep(duration_s)
     finally:
@@ -177,8 +179,8 @@ async def starve_cpu(
     cluster: Cluster, node: Node, history: History, cpus: float, duration_s: float
 ) -> None:
     """Cap the node's CPU (a cgroup quota) for a while: a noisy neighbour."""
-    _event(history, "cpu_starvation", "start", node.name, cpus=cpus)
     await asyncio.to_thread(cluster.limit_cpu, node, cpus)
+    _event(history, "cpu_starvation", "start", node.name, cpus=cpus)
     try:
         await asyncio.sleep(duration_s)
     finally:
@@ -213,8 +215,8 @@ async def hang_replica(
         break
     else:
         raise HarnessError(f"no alive replica process of {app}/{deployment} to hang")
-    _event(history, "hung_replica", "start", replica["name"], pid=pid)
     await asyncio.to_thread(cluster.exec_in, node, ["kill", "-STOP", pid])
+    _event(history, "hung_replica", "start", replica["name"], pid=pid)
     try:
         await asyncio.sleep(duration_s)
     finally:

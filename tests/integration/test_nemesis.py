@@ -129,6 +129,18 @@ def test_partition_cuts_the_node_off_and_heals(cluster):
     assert _phases(history, "partition") == ["start", "end"]
 
 
+async def _started(history: History, fault: str, timeout_s: float = 60):
+    """The fault's start event, once it holds (a loaded host can take seconds
+    to apply it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for event in history.events:
+            if event.fault == fault and event.phase == "start":
+                return event
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{fault} did not start within {timeout_s} s")
+
+
 def _upload_s(ip: str, size: int = 40_000) -> float:
     """Seconds to send a request body of `size` bytes through the node's
     Serve port and read the answer (whatever its status)."""
@@ -149,7 +161,7 @@ def test_slow_link_throttles_the_node_and_restores_it(cluster):
 
     async def throttle_and_time():
         task = asyncio.create_task(nemesis.slow_link(cluster, node, history, 64, 12))
-        await asyncio.sleep(1)
+        await _started(history, "slow_link")
         during = await asyncio.to_thread(_upload_s, node.ip)
         await task
         return during
@@ -189,7 +201,7 @@ def test_packet_loss_drops_some_of_the_nodes_traffic_and_stops(cluster):
 
     async def lose_and_count():
         task = asyncio.create_task(nemesis.lossy_link(cluster, node, history, 0.6, 30))
-        await asyncio.sleep(1)
+        await _started(history, "packet_loss")
         during = await asyncio.to_thread(_healthz_failures, node.ip, 12)
         task.cancel()
         try:
@@ -217,7 +229,7 @@ def test_cpu_starvation_slows_the_node_and_lifts(cluster):
 
     async def starve_and_time():
         task = asyncio.create_task(nemesis.starve_cpu(cluster, node, history, 0.05, 60))
-        await asyncio.sleep(0.5)
+        await _started(history, "cpu_starvation")
         during = await asyncio.to_thread(_busy_s, cluster, node)
         task.cancel()
         try:
@@ -252,9 +264,8 @@ def test_a_hung_replica_is_stopped_and_resumed(cluster):
     history = History()
 
     async def hang_and_look():
-        task = asyncio.create_task(nemesis.hang_replica(cluster, history, "echo", "Echo", 3))
-        await asyncio.sleep(1.5)
-        start = next(e for e in history.events if e.fault == "hung_replica")
+        task = asyncio.create_task(nemesis.hang_replica(cluster, history, "echo", "Echo", 10))
+        start = await _started(history, "hung_replica")
         node = await asyncio.to_thread(
             cluster.node_of,
             next(
