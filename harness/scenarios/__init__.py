@@ -8,6 +8,7 @@ from harness.scenarios.base import ScenarioOutcome, run_scenario
 from harness.scenarios.health import (
     ControllerLag,
     HealthFailure,
+    HungReplica,
     SlowHeadLink,
     SlowWorkerLink,
     StuckReceiver,
@@ -30,6 +31,7 @@ SCENARIOS = {
         StuckReceiver,
         SlowHeadLink,
         SlowWorkerLink,
+        HungReplica,
         RequestOverrun,
         MembershipChurn,
         StreamingDrain,

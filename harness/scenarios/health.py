@@ -14,6 +14,9 @@ replica, against the patched image with RAY_SERVE_ENABLE_PUSH_HEALTH=1.
                      replaced and no request lost
     slow_worker_link the same on one worker's link, half the fleet behind it: a
                      measurement of what each mode does
+    hung_replica     one replica's process stopped (SIGSTOP): its connections
+                     open and nothing answers, its own checks included; the
+                     time each mode takes to detect and replace it
     stuck_receiver   the controller paused for 12 s, six health-check
                      periods; the replicas' reports recover within a period
                      after it, so the controller does not fall back to probing
@@ -43,7 +46,12 @@ from harness.experiment.health import (
 )
 from harness.experiment.history import History
 from harness.experiment.load import LoadSpec, open_loop
-from harness.experiment.nemesis import controller_lag, fail_health_check, slow_link
+from harness.experiment.nemesis import (
+    controller_lag,
+    fail_health_check,
+    hang_replica,
+    slow_link,
+)
 from harness.scenarios.base import (
     PATCHED,
     STOCK,
@@ -188,6 +196,76 @@ class HealthFailure(_HealthScenario[FailureFacts]):
         ]
         replaced = all(ok for r in runs.values() for _, ok in r.checks)
         return replaced, findings
+
+
+class HungReplica(_HealthScenario[FailureFacts]):
+    """A replica whose process stops answering, health checks included: pull
+    finds it when its probes time out; push when its reports go stale and the
+    fallback probe times out. A measurement of both, not a pass/fail claim on
+    requests: those routed to the hung replica stall in both."""
+
+    name = "hung_replica"
+    title = "A replica's process hangs (SIGSTOP): time to detect, pull vs push"
+    hang_s = 60.0
+
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History()
+        with self._cluster(image_tag, config) as cluster:
+            self._deploy(cluster)
+
+            async def main():
+                load = asyncio.create_task(
+                    open_loop(
+                        "127.0.0.1",
+                        cluster.lb_port,
+                        LoadSpec(rate=10, duration_s=self.hang_s, connections=16, timeout_s=30),
+                        history,
+                    )
+                )
+                await asyncio.sleep(5)
+                hang = asyncio.create_task(
+                    hang_replica(cluster, history, "echo", "Echo", self.hang_s - 10)
+                )
+                while not any(e.fault == "hung_replica" for e in history.events):
+                    await asyncio.sleep(0.1)
+                start = next(e for e in history.events if e.fault == "hung_replica")
+                replica = (start.target or "").rsplit("#", 1)[-1]
+                detected = await asyncio.to_thread(
+                    wait_for_unhealthy, cluster, replica, start.time - 1, 45
+                )
+                history.observe(DETECTED, detected, detected or time.time(), target=replica)
+                replaced = await asyncio.to_thread(
+                    wait_replaced, cluster, "echo", self.replicas, {replica}, 45
+                )
+                history.observe(REPLACED, replaced, replaced or time.time(), target=replica)
+                await hang
+                await load
+
+            asyncio.run(main())
+            time.sleep(3)  # the last second's counts, exported every second
+            counters = health_counters(cluster.metrics_text())
+            history.observe(COUNTED, counters, time.time(), target="controller")
+        return history
+
+    def judge(self, config: RunConfig, history: History) -> ImageRun[FailureFacts]:
+        hung = next(e for e in history.events if e.fault == "hung_replica")
+        detected, replaced = history.value(DETECTED), history.value(REPLACED)
+        facts = FailureFacts(
+            detect=f"{detected - hung.time:.1f} s" if detected else "not detected",
+            replace=f"{replaced - hung.time:.1f} s" if replaced else "not replaced",
+            detect_s=detected - hung.time if detected else None,
+            counted=_counted(history),
+        )
+        checks = [("the hung replica detected and replaced", bool(detected and replaced))]
+        return ImageRun(config.label, history, facts, config, checks=checks)
+
+    def expect(self, runs: dict[str, ImageRun[FailureFacts]]) -> tuple[bool, list[str]]:
+        findings = [
+            f"{r.label}: detect {r.facts.detect}, replace {r.facts.replace}; "
+            f"{r.verdict.failures if r.verdict else '?'} requests failed"
+            for r in runs.values()
+        ]
+        return all(ok for r in runs.values() for _, ok in r.checks), findings
 
 
 def _counted(history: History) -> str:

@@ -16,8 +16,9 @@ from harness.scenarios.analyze import analyze
 pytestmark = pytest.mark.integration
 
 
-# slow_worker_link is a measurement (what each mode does behind one slow node), not
-# a comparison that can fail; README.md has its run.
+# slow_worker_link and hung_replica are measurements (what each mode does behind one
+# slow node; how long each takes to find a hung replica), not comparisons that can
+# fail; README.md has their runs.
 # controller_lag and stuck_receiver run (python -m harness run NAME) but are not here:
 # neither can fail on the fault it names. Controller lag gives stock 2.60.0 no false
 # strike, whether by SIGSTOP, CPU starvation or a flood of calls (probe replies are
