@@ -408,6 +408,12 @@ class Cluster:
     def unlimit_cpu(self, node: Node) -> None:
         engine.unlimit_cpu(node.handle)
 
+    def node_death_after_s(self) -> float:
+        """The shortest silence after which the GCS declares a node dead: its
+        failure threshold of consecutive checks, one check period apart."""
+        config = self.exec_head(["gcs-health-config"])
+        return config["failure_threshold"] * config["period_ms"] / 1000
+
     def node_of(self, ray_node_id: str) -> Node:
         """The node a Ray node id names (by its address)."""
         for ray_node in self.alive_ray_nodes():

@@ -226,6 +226,28 @@ async def hang_replica(
     return replica["name"]
 
 
+# How far below the GCS's node-death threshold a short partition stays.
+PARTITION_MARGIN_S = 3.0
+
+
+async def short_partition(
+    cluster: Cluster, node: Node, history: History, duration_s: float
+) -> None:
+    """Cut the node off for less than the GCS takes to declare it dead (read
+    from the cluster), so that what follows is Serve's doing, not the node's
+    death: a flaky link, a switch failover. Refused before anything changes
+    if `duration_s` would reach that threshold."""
+    death_after_s = await asyncio.to_thread(cluster.node_death_after_s)
+    if duration_s > death_after_s - PARTITION_MARGIN_S:
+        raise HarnessError(
+            f"a short partition must end {PARTITION_MARGIN_S:g} s before the GCS "
+            f"declares the node dead ({death_after_s:g} s here: "
+            f"health_check_failure_threshold x health_check_period_ms); "
+            f"{duration_s:g} s is too long. Use partition_node for a node that dies."
+        )
+    await partition_node(cluster, node, history, duration_s)
+
+
 async def fail_health_check(history: History, host: str, port: int, prefix: str = "") -> str:
     """Flip the echo app's switch on whichever replica gets this request (of the
     app at route `prefix`): from then on its `check_health` raises. Returns that

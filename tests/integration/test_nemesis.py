@@ -11,6 +11,7 @@ import pytest
 
 from harness.cluster import appconfigs
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
+from harness.core.errors import HarnessError
 from harness.experiment import nemesis
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection
@@ -242,6 +243,21 @@ def test_cpu_starvation_slows_the_node_and_lifts(cluster):
     after = _busy_s(cluster, node)
     assert during > 3 * max(before, after), (before, during, after)
     assert _phases(history, "cpu_starvation") == ["start", "end"]
+
+
+def test_a_short_partition_stays_under_the_gcs_death_threshold(cluster):
+    history = History()
+    node = cluster.workers[0]
+    death_after_s = cluster.node_death_after_s()
+    assert death_after_s == 15.0  # Ray's defaults: 5 checks, 3 s apart
+    # Too long: refused before the node is touched.
+    with pytest.raises(HarnessError, match="before the GCS declares the node dead"):
+        asyncio.run(nemesis.short_partition(cluster, node, history, death_after_s))
+    assert history.events == []
+    asyncio.run(nemesis.short_partition(cluster, node, history, 4))
+    assert _phases(history, "partition") == ["start", "end"]
+    assert _reachable(node.ip)
+    assert node.ip in {n["NodeManagerAddress"] for n in cluster.alive_ray_nodes()}
 
 
 def test_pause_freezes_the_node(cluster):

@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_sizes.add_argument("--rounds", type=int, default=10, help="one addition, one removal each")
     sub.add_parser("actors")
     sub.add_parser("controller-health")
+    sub.add_parser("gcs-health-config")
     p_ingest = sub.add_parser("health-ingest")
     for flag, kind in (
         ("--nodes", int),
@@ -85,6 +86,8 @@ def run(args: argparse.Namespace) -> object:
         return state.actors()
     if args.cmd == "controller-health":
         return state.controller_health()
+    if args.cmd == "gcs-health-config":
+        return state.gcs_health_config()
     if args.cmd == "health-ingest":
         return health_ingest.health_ingest(
             args.nodes, args.replicas_per_node, args.period, args.duration, args.senders

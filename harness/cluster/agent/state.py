@@ -39,6 +39,20 @@ def actors() -> list[dict]:
     ]
 
 
+def gcs_health_config() -> dict:
+    """How the GCS checks that nodes are alive, as this node's Ray reads its
+    settings (`RAY_health_check_*` overrides included): a node is declared dead
+    after `failure_threshold` checks in a row fail, one every `period_ms`."""
+    from ray._raylet import Config  # type: ignore[attr-defined]  # a Cython class
+
+    return {
+        "period_ms": Config.health_check_period_ms(),
+        "timeout_ms": Config.health_check_timeout_ms(),
+        "failure_threshold": Config.health_check_failure_threshold(),
+        "initial_delay_ms": Config.health_check_initial_delay_ms(),
+    }
+
+
 def controller_health() -> dict:
     """The Serve controller's own health metrics (`get_health_metrics`): rolling
     means of its control loop and of the deployment-state update within it."""
