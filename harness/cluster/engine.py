@@ -437,6 +437,22 @@ def exec_lines(container, cmd: list[str]) -> Iterator[str]:
 # the host (`nsenter` into the container's network namespace), so the node
 # needs no NET_ADMIN; deleting the qdiscs restores each end's default.
 _TBF_BURST, _TBF_LATENCY = "8kb", "2s"
+_SHAPING_NEEDS = (
+    "Shaping a node's link needs root on the host, with `tc` and `nsenter` "
+    "(Debian packages iproute2 and util-linux)."
+)
+
+
+def _run_on_host(cmd: list[str], needs: str) -> str:
+    """Run a host command for a fault; its output, or an error that says what
+    failed and what the fault needs."""
+    done = proc.run(cmd, timeout=30)
+    if done.returncode != 0:
+        raise HarnessError(
+            f"`{' '.join(cmd)}` failed (exit {done.returncode}): "
+            f"{(done.stderr or done.stdout).strip()}\n{needs}"
+        )
+    return done.stdout
 
 
 @dataclass(frozen=True)
@@ -446,16 +462,9 @@ class _LinkEnd:
     device: str
 
     def tc(self, verb: str, *args: str) -> str:
-        cmd = [*self.where, "tc", "qdisc", verb, "dev", self.device, *args]
-        done = proc.run(cmd, timeout=30)
-        if done.returncode != 0:
-            raise HarnessError(
-                f"`{' '.join(cmd)}` failed (exit {done.returncode}): "
-                f"{(done.stderr or done.stdout).strip()}\n"
-                "Shaping a node's link needs root on the host, with `tc` and "
-                "`nsenter` (Debian packages iproute2 and util-linux)."
-            )
-        return done.stdout
+        return _run_on_host(
+            [*self.where, "tc", "qdisc", verb, "dev", self.device, *args], _SHAPING_NEEDS
+        )
 
     def shaped(self) -> bool:
         return " tbf " in self.tc("show")
@@ -546,16 +555,11 @@ def _loss_rule(fraction: float) -> list[str]:
 
 
 def _iptables(container, *args: str) -> str:
-    cmd = [*_netns(container), "iptables", *args]
-    done = proc.run(cmd, timeout=30)
-    if done.returncode != 0:
-        raise HarnessError(
-            f"`{' '.join(cmd)}` failed (exit {done.returncode}): "
-            f"{(done.stderr or done.stdout).strip()}\n"
-            "Dropping a node's packets needs root on the host, with `iptables` "
-            "(and its statistic match) and `nsenter`."
-        )
-    return done.stdout
+    return _run_on_host(
+        [*_netns(container), "iptables", *args],
+        "Dropping a node's packets needs root on the host, with `iptables` (and its "
+        "statistic match) and `nsenter`.",
+    )
 
 
 def drop_packets(container, fraction: float) -> None:

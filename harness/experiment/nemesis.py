@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from harness.cluster.cluster import HEAD_PORT, Cluster, Node
 from harness.core.errors import HarnessError
@@ -144,48 +145,72 @@ async def partition_node(cluster: Cluster, node: Node, history: History, duratio
         _event(history, "partition", "end", node.name)
 
 
+async def _held_fault(
+    history: History,
+    fault: str,
+    target: str,
+    apply: Callable[[], object],
+    undo: Callable[[], object],
+    duration_s: float,
+    **detail,
+) -> None:
+    """Apply a fault, hold it for `duration_s`, undo it whatever happens. The
+    fault starts once it holds: the host commands that apply it can take a
+    while on a loaded machine."""
+    await asyncio.to_thread(apply)
+    _event(history, fault, "start", target, **detail)
+    try:
+        await asyncio.sleep(duration_s)
+    finally:
+        await asyncio.to_thread(undo)
+        _event(history, fault, "end", target)
+
+
 async def slow_link(
     cluster: Cluster, node: Node, history: History, rate_kbit: int, duration_s: float
 ) -> None:
     """Throttle the node's link (a token bucket, both directions) for a while:
     what a saturated or degraded network path does to everything the node sends
-    and receives. The link is restored whatever happens."""
-    # The fault starts once it holds (the host commands can take a while on a
-    # loaded machine).
-    await asyncio.to_thread(cluster.slow_link, node, rate_kbit)
-    _event(history, "slow_link", "start", node.name, rate_kbit=rate_kbit)
-    try:
-        await asyncio.sleep(duration_s)
-    finally:
-        await asyncio.to_thread(cluster.restore_link, node)
-        _event(history, "slow_link", "end", node.name)
+    and receives."""
+    await _held_fault(
+        history,
+        "slow_link",
+        node.name,
+        lambda: cluster.slow_link(node, rate_kbit),
+        lambda: cluster.restore_link(node),
+        duration_s,
+        rate_kbit=rate_kbit,
+    )
 
 
 async def lossy_link(
     cluster: Cluster, node: Node, history: History, fraction: float, duration_s: float
 ) -> None:
-    """Drop a fraction of the node's packets each way, at random, for a while;
-    restored whatever happens."""
-    await asyncio.to_thread(cluster.drop_packets, node, fraction)
-    _event(history, "packet_loss", "start", node.name, fraction=fraction)
-    try:
-        await asyncio.sleep(duration_s)
-    finally:
-        await asyncio.to_thread(cluster.stop_dropping_packets, node)
-        _event(history, "packet_loss", "end", node.name)
+    """Drop a fraction of the node's packets each way, at random, for a while."""
+    await _held_fault(
+        history,
+        "packet_loss",
+        node.name,
+        lambda: cluster.drop_packets(node, fraction),
+        lambda: cluster.stop_dropping_packets(node),
+        duration_s,
+        fraction=fraction,
+    )
 
 
 async def starve_cpu(
     cluster: Cluster, node: Node, history: History, cpus: float, duration_s: float
 ) -> None:
     """Cap the node's CPU (a cgroup quota) for a while: a noisy neighbour."""
-    await asyncio.to_thread(cluster.limit_cpu, node, cpus)
-    _event(history, "cpu_starvation", "start", node.name, cpus=cpus)
-    try:
-        await asyncio.sleep(duration_s)
-    finally:
-        await asyncio.to_thread(cluster.unlimit_cpu, node)
-        _event(history, "cpu_starvation", "end", node.name)
+    await _held_fault(
+        history,
+        "cpu_starvation",
+        node.name,
+        lambda: cluster.limit_cpu(node, cpus),
+        lambda: cluster.unlimit_cpu(node),
+        duration_s,
+        cpus=cpus,
+    )
 
 
 async def hang_replica(
@@ -215,14 +240,16 @@ async def hang_replica(
         break
     else:
         raise HarnessError(f"no alive replica process of {app}/{deployment} to hang")
-    await asyncio.to_thread(cluster.exec_in, node, ["kill", "-STOP", pid])
-    _event(history, "hung_replica", "start", replica["name"], pid=pid)
-    try:
-        await asyncio.sleep(duration_s)
-    finally:
+    await _held_fault(
+        history,
+        "hung_replica",
+        replica["name"],
+        lambda: cluster.exec_in(node, ["kill", "-STOP", pid]),
         # A replica replaced meanwhile took its process with it.
-        await asyncio.to_thread(cluster.exec_in, node, ["kill", "-CONT", pid], False)
-        _event(history, "hung_replica", "end", replica["name"])
+        lambda: cluster.exec_in(node, ["kill", "-CONT", pid], False),
+        duration_s,
+        pid=pid,
+    )
     return replica["name"]
 
 

@@ -104,6 +104,10 @@ class StuckFacts(Facts):
 
 class _HealthScenario(Scenario[F]):
     replicas = 2
+    workers = 1
+    # None: as many replicas on a node as fit.
+    max_replicas_per_node: int | None = None
+    period_s, timeout_s = PERIOD_S, TIMEOUT_S
 
     runs_on = (STOCK, PATCHED)
 
@@ -116,7 +120,7 @@ class _HealthScenario(Scenario[F]):
             ClusterConfig(
                 image=tag,
                 name=f"rayspot-{self.name.replace('_', '-')}",
-                workers=1,
+                workers=self.workers,
                 env={**config.env, **FAST_METRICS, **(extra_env or {})},
                 worker_resources={"w": 10},
                 metrics_port=METRICS_PORT,
@@ -128,10 +132,10 @@ class _HealthScenario(Scenario[F]):
             appconfigs.deploy_config(
                 appconfigs.echo_app(
                     num_replicas=self.replicas,
-                    max_replicas_per_node=None,
+                    max_replicas_per_node=self.max_replicas_per_node,
                     ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-                    health_check_period_s=PERIOD_S,
-                    health_check_timeout_s=TIMEOUT_S,
+                    health_check_period_s=self.period_s,
+                    health_check_timeout_s=self.timeout_s,
                 )
             )
         )
@@ -354,7 +358,7 @@ class SlowHeadLink(_HealthScenario[SlowLinkFacts]):
 
     name = "slow_head_link"
     title = "The head's network link slowed for several health-check periods"
-    replicas = 4
+    replicas, workers, max_replicas_per_node = 4, 2, 2
     # A 1 s period and timeout: a slow link delays a reply past it at once.
     period_s = timeout_s = 1.0
     # (kbit/s each way, seconds): two slowdowns of different depth and length,
@@ -362,31 +366,8 @@ class SlowHeadLink(_HealthScenario[SlowLinkFacts]):
     throttles = ((64, 15.0), (32, 8.0))
     settle_s = 25.0
 
-    def _cluster(self, tag: str, config: RunConfig, extra_env: dict | None = None) -> Cluster:
-        return Cluster(
-            ClusterConfig(
-                image=tag,
-                name=f"rayspot-{self.name.replace('_', '-')}",
-                workers=2,
-                env={**config.env, **FAST_METRICS, **(extra_env or {})},
-                worker_resources={"w": 10},
-                metrics_port=METRICS_PORT,
-            )
-        )
-
     def _deploy(self, cluster: Cluster) -> None:
-        cluster.deploy(
-            appconfigs.deploy_config(
-                appconfigs.echo_app(
-                    num_replicas=self.replicas,
-                    max_replicas_per_node=2,
-                    ray_actor_options={"num_cpus": 0, "resources": {"w": 1}},
-                    health_check_period_s=self.period_s,
-                    health_check_timeout_s=self.timeout_s,
-                )
-            )
-        )
-        cluster.wait_lb_ready()
+        super()._deploy(cluster)
         for node in self._routed_around(cluster):
             cluster.lb_exclude(node)
 
