@@ -44,7 +44,7 @@ from harness.experiment.health import (
     wait_for_unhealthy,
     wait_replaced,
 )
-from harness.experiment.history import History
+from harness.experiment.history import Event, History
 from harness.experiment.load import LoadSpec, open_loop
 from harness.experiment.nemesis import (
     controller_lag,
@@ -145,6 +145,19 @@ class _HealthScenario(Scenario[F]):
 class HealthFailure(_HealthScenario[FailureFacts]):
     name = "health_failure"
     title = "A replica's health check starts failing (push-based health)"
+    # The fault's name in the history, how long the load runs, and how long
+    # detection and replacement are each waited for.
+    fault = "health_failure"
+    load_s = 45.0
+    wait_s = 40.0
+
+    async def _inject(self, cluster: Cluster, history: History) -> tuple[str, asyncio.Task | None]:
+        """Start the fault; the replica id it hit, and the task that holds it
+        (None if nothing needs undoing)."""
+        return await fail_health_check(history, "127.0.0.1", cluster.lb_port), None
+
+    def _check(self, fault: Event) -> str:
+        return f"replica {fault.target} detected unhealthy and replaced"
 
     def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
@@ -156,42 +169,39 @@ class HealthFailure(_HealthScenario[FailureFacts]):
                     open_loop(
                         "127.0.0.1",
                         cluster.lb_port,
-                        LoadSpec(rate=10, duration_s=45, connections=16, timeout_s=30),
+                        LoadSpec(rate=10, duration_s=self.load_s, connections=16, timeout_s=30),
                         history,
                     )
                 )
                 await asyncio.sleep(5)
-                replica = await fail_health_check(history, "127.0.0.1", cluster.lb_port)
-                flipped = history.events[-1].time
+                replica, holding = await self._inject(cluster, history)
+                since = next(e for e in history.events if e.fault == self.fault).time - 1
                 detected = await asyncio.to_thread(
-                    wait_for_unhealthy, cluster, replica, flipped - 1, 40
+                    wait_for_unhealthy, cluster, replica, since, self.wait_s
                 )
                 history.observe(DETECTED, detected, detected or time.time(), target=replica)
                 replaced = await asyncio.to_thread(
-                    wait_replaced, cluster, "echo", self.replicas, {replica}, 40
+                    wait_replaced, cluster, "echo", self.replicas, {replica}, self.wait_s
                 )
                 history.observe(REPLACED, replaced, replaced or time.time(), target=replica)
+                if holding is not None:
+                    await holding
                 await load
 
             asyncio.run(main())
-            time.sleep(3)  # the last second's counts, exported every second
-            counters = health_counters(cluster.metrics_text())
-            history.observe(COUNTED, counters, time.time(), target="controller")
+            _observe_counters(cluster, history)
         return history
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[FailureFacts]:
-        flip = next(e for e in history.events if e.fault == "health_failure")
-        replica, flipped = flip.target, flip.time
+        fault = next(e for e in history.events if e.fault == self.fault)
         detected, replaced = history.value(DETECTED), history.value(REPLACED)
         facts = FailureFacts(
-            detect=f"{detected - flipped:.1f} s" if detected else "not detected",
-            replace=f"{replaced - flipped:.1f} s" if replaced else "not replaced",
-            detect_s=detected - flipped if detected else None,
+            detect=f"{detected - fault.time:.1f} s" if detected else "not detected",
+            replace=f"{replaced - fault.time:.1f} s" if replaced else "not replaced",
+            detect_s=detected - fault.time if detected else None,
             counted=_counted(history),
         )
-        checks = [
-            (f"replica {replica} detected unhealthy and replaced", bool(detected and replaced))
-        ]
+        checks = [(self._check(fault), bool(detected and replaced))]
         return ImageRun(config.label, history, facts, config, checks=checks)
 
     def expect(self, runs: dict[str, ImageRun[FailureFacts]]) -> tuple[bool, list[str]]:
@@ -202,7 +212,7 @@ class HealthFailure(_HealthScenario[FailureFacts]):
         return replaced, findings
 
 
-class HungReplica(_HealthScenario[FailureFacts]):
+class HungReplica(HealthFailure):
     """A replica whose process stops answering, health checks included: pull
     finds it when its probes time out; push when its reports go stale and the
     fallback probe times out. A measurement of both, not a pass/fail claim on
@@ -210,58 +220,20 @@ class HungReplica(_HealthScenario[FailureFacts]):
 
     name = "hung_replica"
     title = "A replica's process hangs (SIGSTOP): time to detect, pull vs push"
-    hang_s = 60.0
+    fault = "hung_replica"
+    load_s = 60.0
+    wait_s = 45.0
 
-    def run_once(self, image_tag: str, config: RunConfig) -> History:
-        history = History()
-        with self._cluster(image_tag, config) as cluster:
-            self._deploy(cluster)
+    async def _inject(self, cluster: Cluster, history: History) -> tuple[str, asyncio.Task | None]:
+        hang = asyncio.create_task(hang_replica(cluster, history, "echo", "Echo", self.load_s - 10))
+        while not any(e.fault == self.fault for e in history.events):
+            await asyncio.sleep(0.1)
+        start = next(e for e in history.events if e.fault == self.fault)
+        # The actor name ends with the replica id, which the controller logs.
+        return (start.target or "").rsplit("#", 1)[-1], hang
 
-            async def main():
-                load = asyncio.create_task(
-                    open_loop(
-                        "127.0.0.1",
-                        cluster.lb_port,
-                        LoadSpec(rate=10, duration_s=self.hang_s, connections=16, timeout_s=30),
-                        history,
-                    )
-                )
-                await asyncio.sleep(5)
-                hang = asyncio.create_task(
-                    hang_replica(cluster, history, "echo", "Echo", self.hang_s - 10)
-                )
-                while not any(e.fault == "hung_replica" for e in history.events):
-                    await asyncio.sleep(0.1)
-                start = next(e for e in history.events if e.fault == "hung_replica")
-                replica = (start.target or "").rsplit("#", 1)[-1]
-                detected = await asyncio.to_thread(
-                    wait_for_unhealthy, cluster, replica, start.time - 1, 45
-                )
-                history.observe(DETECTED, detected, detected or time.time(), target=replica)
-                replaced = await asyncio.to_thread(
-                    wait_replaced, cluster, "echo", self.replicas, {replica}, 45
-                )
-                history.observe(REPLACED, replaced, replaced or time.time(), target=replica)
-                await hang
-                await load
-
-            asyncio.run(main())
-            time.sleep(3)  # the last second's counts, exported every second
-            counters = health_counters(cluster.metrics_text())
-            history.observe(COUNTED, counters, time.time(), target="controller")
-        return history
-
-    def judge(self, config: RunConfig, history: History) -> ImageRun[FailureFacts]:
-        hung = next(e for e in history.events if e.fault == "hung_replica")
-        detected, replaced = history.value(DETECTED), history.value(REPLACED)
-        facts = FailureFacts(
-            detect=f"{detected - hung.time:.1f} s" if detected else "not detected",
-            replace=f"{replaced - hung.time:.1f} s" if replaced else "not replaced",
-            detect_s=detected - hung.time if detected else None,
-            counted=_counted(history),
-        )
-        checks = [("the hung replica detected and replaced", bool(detected and replaced))]
-        return ImageRun(config.label, history, facts, config, checks=checks)
+    def _check(self, fault: Event) -> str:
+        return "the hung replica detected and replaced"
 
     def expect(self, runs: dict[str, ImageRun[FailureFacts]]) -> tuple[bool, list[str]]:
         findings = [
@@ -270,6 +242,13 @@ class HungReplica(_HealthScenario[FailureFacts]):
             for r in runs.values()
         ]
         return all(ok for r in runs.values() for _, ok in r.checks), findings
+
+
+def _observe_counters(cluster: Cluster, history: History) -> None:
+    """Keep the controller's health counters at the end of a run."""
+    time.sleep(3)  # the last second's counts, exported every second
+    counters = health_counters(cluster.metrics_text())
+    history.observe(COUNTED, counters, time.time(), target="controller")
 
 
 def _counted(history: History) -> str:
@@ -406,10 +385,7 @@ class SlowHeadLink(_HealthScenario[SlowLinkFacts]):
             history.observe(
                 REPLICAS_AFTER, sorted(cluster.replica_names("echo", "Echo")), time.time()
             )
-            time.sleep(2)  # the last second's counts, exported every second
-            history.observe(
-                COUNTED, health_counters(cluster.metrics_text()), time.time(), target="controller"
-            )
+            _observe_counters(cluster, history)
         return history
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[SlowLinkFacts]:
