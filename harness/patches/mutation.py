@@ -85,59 +85,72 @@ class MutationResult:
 
 MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
-        "lag gate",
+        "a timeout of a replica pushing through a relay is held",
         _DEPLOYMENT_STATE,
-        "            and self._last_probe_timed_out\n            and self._ingest_lagging\n",
+        "            and self._last_probe_timed_out\n"
+        "            and self._sender_departed_at is not None\n",
         "            and self._last_probe_timed_out\n            and False\n",
     ),
     Mutation(
-        "timeout flag",
+        "only a timeout is held",
         _DEPLOYMENT_STATE,
-        "            and self._last_probe_timed_out\n            and self._ingest_lagging\n",
-        "            and self._ingest_lagging\n",
+        "            and self._last_probe_timed_out\n"
+        "            and self._sender_departed_at is not None\n",
+        "            and self._sender_departed_at is not None\n",
     ),
     Mutation(
-        "lagging ratio",
+        "a report dated after the probe drops its timeout",
         _DEPLOYMENT_STATE,
-        "            mostly_stale = stale >= PUSH_HEALTH_INGEST_LAG_RATIO * (stale + fresh)\n",
-        "            mostly_stale = stale >= stale + fresh\n",
+        "            probe_answered or (reported_at is not None and held[0] < reported_at)\n",
+        "            probe_answered\n",
     ),
     Mutation(
-        "stale only past a replica's own window",
+        "an answered probe drops held timeouts",
         _DEPLOYMENT_STATE,
-        "                if age_s > window_s:\n",
-        "                if age_s > shortest_window_s:\n",
+        "            probe_answered or (reported_at is not None and held[0] < reported_at)\n",
+        "            reported_at is not None and held[0] < reported_at\n",
     ),
     Mutation(
-        "fresh only within the shortest window",
+        "a relay batch that left late enough confirms a held timeout",
         _DEPLOYMENT_STATE,
-        "                elif age_s <= shortest_window_s:\n",
-        "                else:\n",
+        "            (departed_at is not None and held[0] + silent_for_s <= departed_at)\n",
+        "            False\n",
     ),
     Mutation(
-        "lag needs stale replicas on several nodes",
+        "confirmation waits a period and a timeout",
         _DEPLOYMENT_STATE,
-        "            on_enough_nodes = len(stale_nodes) >= PUSH_HEALTH_INGEST_LAG_MIN_NODES\n",
-        "            on_enough_nodes = True\n",
+        "        silent_for_s = max(self.health_check_period_s, self.health_check_timeout_s)\n",
+        "        silent_for_s = self.health_check_timeout_s\n",
     ),
     Mutation(
-        "a pruned report counts as stale",
+        "a held timeout is charged after the cap",
         _DEPLOYMENT_STATE,
-        "            age_s = math.inf if pushed is None else now - pushed.received_at\n",
-        "            age_s = 0.0 if pushed is None else now - pushed.received_at\n",
+        "            or now - held[0] >= PUSH_HEALTH_UNCONFIRMED_TIMEOUT_MAX_S\n",
+        "            or False\n",
+    ),
+    Mutation(
+        "a healthy report older than held probes does not clear them",
+        _DEPLOYMENT_STATE,
+        "            if response is not ReplicaHealthCheckResponse.APP_FAILURE:\n",
+        "            if response is ReplicaHealthCheckResponse.NONE:\n",
+    ),
+    Mutation(
+        "a relay's latest departure survives an overtaken batch",
+        _DEPLOYMENT_STATE,
+        "                self._departed_at.get(sender_id, -math.inf), now - in_transit_s\n",
+        "                now - in_transit_s, now - in_transit_s\n",
     ),
     Mutation(
         "a batch held up in transit is dated back",
         _DEPLOYMENT_STATE,
-        "        return took_s - floor_s\n",
+        "        return max(0.0, took_s - min(current, previous))\n",
         "        return 0.0\n",
     ),
     Mutation(
-        "lag counted at most once a second",
+        "the transit floor forgets old batches",
         _DEPLOYMENT_STATE,
-        "            or time.time() - self._lag_checked_at\n"
-        "            >= PUSH_HEALTH_INGEST_LAG_CHECK_INTERVAL_S\n",
-        "            or True\n",
+        "        if now - started_at >= half_window_s:\n",
+        "        if False:\n",
     ),
     Mutation(
         "a report older than an applied probe is not applied",
@@ -216,16 +229,45 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if True:\n",
     ),
     Mutation(
+        "the relay lookup does not hold up the checks",
+        _REPLICA,
+        "                self._record(error=error)\n        self._report()\n",
+        "                self._record(error=error)\n"
+        "        self._report()\n"
+        "        if self._relay_lookup is not None:\n"
+        "            await self._relay_lookup\n",
+    ),
+    Mutation(
         "relay batching (hold)",
         _RELAY,
-        "        due_at = now + PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * health_check_period_s\n",
-        "        due_at = now\n",
+        "        hold_s = PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * min(\n",
+        "        hold_s = 0.0 * min(\n",
     ),
     Mutation(
         "relay hold follows a new period",
         _RELAY,
-        "            held.due_at = min(held.due_at, due_at)\n",
-        "",
+        "        self._latest[unique_id] = _HeldReport(report, now, health_check_period_s)\n",
+        "        self._latest[unique_id] = _HeldReport(\n"
+        "            report, now, held.period_s if held else health_check_period_s\n"
+        "        )\n",
+    ),
+    Mutation(
+        "relay sends while it carries replicas",
+        _RELAY,
+        "            for start in (self._first_unsent_at, self._last_send_at)\n",
+        "            for start in (self._first_unsent_at,)\n",
+    ),
+    Mutation(
+        "every batch carries every watched replica",
+        _RELAY,
+        "            if unique_id in self._watched\n",
+        "            if False\n",
+    ),
+    Mutation(
+        "a replica not watched is sent once",
+        _RELAY,
+        "            if unique_id in self._watched\n",
+        "            if True\n",
     ),
     Mutation(
         "relay sends news at once",
