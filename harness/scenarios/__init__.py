@@ -11,7 +11,6 @@ from harness.scenarios.health import (
     HungReplica,
     SlowHeadLink,
     SlowWorkerLink,
-    StuckReceiver,
 )
 from harness.scenarios.membership_churn import MembershipChurn
 from harness.scenarios.request_overrun import RequestOverrun
@@ -28,7 +27,6 @@ SCENARIOS = {
         SpotPreemption,
         HealthFailure,
         ControllerLag,
-        StuckReceiver,
         SlowHeadLink,
         SlowWorkerLink,
         HungReplica,

@@ -17,12 +17,6 @@ replica, against the patched image with RAY_SERVE_ENABLE_PUSH_HEALTH=1.
     hung_replica     one replica's process stopped (SIGSTOP): its connections
                      open and nothing answers, its own checks included; the
                      time each mode takes to detect and replace it
-    stuck_receiver   the controller paused for 12 s, six health-check
-                     periods; the replicas' reports recover within a period
-                     after it, so the controller does not fall back to probing
-                     them for good: a paused controller resolves the reports
-                     held up in flight when it resumes, and the hops send
-                     again.
 """
 
 from __future__ import annotations
@@ -36,7 +30,6 @@ from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
 from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH, RunConfig
 from harness.experiment.health import (
     PERIOD_S,
-    PROBES,
     TIMEOUT_S,
     UNHEALTHY,
     VERDICTS,
@@ -72,7 +65,6 @@ DETECTED, REPLACED = "detected unhealthy", "replaced"
 REPLICAS_BEFORE, REPLICAS_AFTER = "replicas before", "replicas after"
 # The controller's health counters at the end of a run (health.HEALTH_COUNTERS).
 COUNTED = "health counters"
-PROBE_RATE = "probes per period"
 
 
 @dataclass
@@ -94,12 +86,6 @@ class SlowLinkFacts(Facts):
     replaced: int = fact("healthy replicas replaced")
     verdicts: int = fact("unhealthy verdicts logged")
     not_charged: float = fact("probe timeouts not charged")
-
-
-@dataclass
-class StuckFacts(Facts):
-    probes_before: float = fact("probes per period before the pause")
-    probes_after: float = fact("probes per period after it")
 
 
 class _HealthScenario(Scenario[F]):
@@ -428,67 +414,3 @@ class SlowWorkerLink(SlowHeadLink):
             for r in runs.values()
         ]
         return True, findings
-
-
-class StuckReceiver(_HealthScenario[StuckFacts]):
-    name = "stuck_receiver"
-    title = "Controller paused for several health-check periods (push-based health)"
-    pause_s = 12.0
-
-    def run_once(self, image_tag: str, config: RunConfig) -> History:
-        history = History()
-        with self._cluster(image_tag, config) as cluster:
-            self._deploy(cluster)
-            time.sleep(3 * PERIOD_S)
-            history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="before")
-
-            async def main():
-                load = asyncio.create_task(
-                    open_loop(
-                        "127.0.0.1",
-                        cluster.lb_port,
-                        LoadSpec(
-                            rate=10, duration_s=self.pause_s + 10, connections=16, timeout_s=30
-                        ),
-                        history,
-                    )
-                )
-                await asyncio.sleep(2)
-                await controller_lag(cluster, history, 1, self.pause_s, 0)
-                await load
-
-            asyncio.run(main())
-            time.sleep(PERIOD_S + 2)  # one period to recover, plus the metrics export
-            history.observe(PROBE_RATE, self._probe_rate(cluster), time.time(), target="after")
-        return history
-
-    def judge(self, config: RunConfig, history: History) -> ImageRun[StuckFacts]:
-        before = history.observed(PROBE_RATE, "before")[-1].detail["value"]
-        after = history.observed(PROBE_RATE, "after")[-1].detail["value"]
-        facts = StuckFacts(probes_before=round(before, 2), probes_after=round(after, 2))
-        run = ImageRun(config.label, history, facts, config)
-        if config.sets(PUSH_HEALTH):
-            # Push keeps the probes away while reports arrive; a replica silenced
-            # for good would be probed every period again, like stock.
-            run.checks.append(
-                (
-                    f"reports resumed within a period: probes per period "
-                    f"{after:.2f} stays below half the replicas",
-                    after < self.replicas / 2,
-                )
-            )
-        return run
-
-    def _probe_rate(self, cluster: Cluster, window_s: float = 4 * PERIOD_S) -> float:
-        first = cluster.metric_total(PROBES)
-        time.sleep(window_s)
-        return (cluster.metric_total(PROBES) - first) / (window_s / PERIOD_S)
-
-    def expect(self, runs: dict[str, ImageRun[StuckFacts]]) -> tuple[bool, list[str]]:
-        *_, push = runs.values()
-        findings = [
-            f"{r.label}: probes per period before {r.facts.probes_before}, "
-            f"after {r.facts.probes_after}"
-            for r in runs.values()
-        ]
-        return push.passed, findings

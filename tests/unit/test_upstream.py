@@ -599,7 +599,7 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
             'common_caveats = ["One 2-core machine."]\n'
             f'[patch."{series[0].name}"]\n'
             'scenarios = ["health_failure", "controller_lag", "bench-health"]\n'
-            'related = ["stuck_receiver"]\n'
+            'related = ["hung_replica"]\n'
             # Wrapped with a line-ending backslash, as evidence.toml wraps its prose.
             'caveats = ["""\\\n    The gate never \\\n    fired."""]\n',
         )
@@ -608,7 +608,7 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
         "1",
         series,
         results,
-        known_scenarios={"health_failure", "controller_lag", "stuck_receiver"},
+        known_scenarios={"health_failure", "controller_lag", "hung_replica"},
         evidence=evidence,
     )
     assert body.startswith("# [Serve] Drain replicas in two phases\n\nStop routing first.")
@@ -619,7 +619,7 @@ def test_pr_body_shows_message_results_and_what_they_do_not_show(tmp_path: Path)
     assert "- health_failure: as claimed" in body
     assert "- ✔ the replica was replaced" in body
     # Scenarios without a result are named, not left out.
-    for missing in ("controller_lag", "stuck_receiver"):
+    for missing in ("controller_lag", "hung_replica"):
         assert f"No result yet: `{results / missing / 'report.json'}`" in body
     assert "### `bench-health`" in body and "bench-health.log` does not exist" in body
     assert "Related runs below are on stock only" in body
