@@ -223,11 +223,13 @@ def cmd_bench(args) -> None:
             )
             if value is not None
         }
+        if args.cost_only:
+            options["cost_only"] = True
         if args.detect_again:
-            if args.sizes is not None or args.window is not None:
+            if args.sizes is not None or args.window is not None or args.cost_only:
                 raise HarnessError(
                     "--detect-again measures at the saved run's middle size and "
-                    "takes only --repeats; drop --sizes and --window."
+                    "takes only --repeats; drop --sizes, --window and --cost-only."
                 )
             bench_health.print_health(
                 bench_health.detect_again(
@@ -612,6 +614,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--window", type=float, default=None, help="health: seconds measured per run (default 30)"
+    )
+    p.add_argument(
+        "--cost-only",
+        action="store_true",
+        help="health: measure only the controller's cost per size (no stock cross-check, "
+        "ingest or detection)",
     )
     p.add_argument(
         "--detect-again",

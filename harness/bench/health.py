@@ -15,6 +15,10 @@ changes health periods, so no replica restarts between modes:
 
 Each size is measured `repeats` times with the modes interleaved (their order
 rotates every repeat). Per run: controller CPU (utime + stime of its process),
+the controller's health path sampled (py-spy on the host samples the thread
+holding the GIL; the share of samples in the probe and receive paths is their
+CPU: at these sizes the whole process's CPU varies more between windows than
+health costs),
 the probes it completed (its `serve_health_check_latency_ms` count), the
 probes a fresh report stood in for, the batches and reports it received (its
 own counters), and its control-loop and
@@ -40,8 +44,12 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
+from pathlib import Path
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
@@ -71,6 +79,16 @@ APPS = {"pull": "0", "push": "1"}  # app name -> RAY_SERVE_ENABLE_PUSH_HEALTH
 INGEST = {"nodes": 250, "replicas_per_node": 32, "period_s": 10.0, "senders": 4}
 INGEST_WINDOW_S = 60.0
 DETECT_TIMEOUT_S = 90.0
+# The controller's frames that are health checking, as py-spy names them: the
+# sweep's check of each replica (a probe's submit and result in pull, applying
+# a report in push), what feeds it, and the handler of the relays' batches.
+HEALTH_FRAMES = (
+    "ActorReplicaWrapper.check_health (",
+    "DeploymentState._apply_pushed_health (",
+    "DeploymentState._record_health_check_metrics (",
+    "ServeController.record_replica_health_reports (",
+)
+SAMPLE_RATE = 250  # samples per second of GIL held
 
 
 def _app(name: str, replicas: int, period_s: float) -> dict:
@@ -106,14 +124,67 @@ def _counters(cluster: Cluster, pid: int) -> dict:
     return {"cpu_s": cpu_s, "time": now, **health_counters(cluster.metrics_text())}
 
 
+def _sample(host_pid: int, seconds: float, out: Path) -> subprocess.Popen:
+    """Start py-spy sampling the process's GIL holder for `seconds`, into `out`
+    (one line per distinct stack: frames joined by ';', then its count)."""
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(host_pid),
+            "--duration",
+            str(round(seconds)),
+            "--rate",
+            str(SAMPLE_RATE),
+            "--gil",
+            "--nonblocking",
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def health_samples(raw: str) -> tuple[int, int]:
+    """(samples in a health frame, all samples) of py-spy's raw output."""
+    health = total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        total += int(count)
+        if any(frame in stack for frame in HEALTH_FRAMES):
+            health += int(count)
+    return health, total
+
+
 def _window(cluster: Cluster, pid: int, window_s: float) -> dict:
-    """The controller's counters over `window_s`, per health period."""
-    before = _counters(cluster, pid)
-    time.sleep(window_s)
-    after = _counters(cluster, pid)
+    """The controller's counters over `window_s`, per health period, and its
+    health path sampled over the same window."""
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = Path(scratch) / "samples.txt"
+        sampler = _sample(cluster.host_pid(cluster.head, pid), window_s, raw)
+        before = _counters(cluster, pid)
+        time.sleep(window_s)
+        after = _counters(cluster, pid)
+        try:
+            _, errors = sampler.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            sampler.kill()
+            raise HarnessError("py-spy did not finish sampling the controller") from None
+        if sampler.returncode != 0 or not raw.exists():
+            raise HarnessError(f"py-spy could not sample the controller: {errors.strip()}")
+        health, gil = health_samples(raw.read_text())
     periods = (after["time"] - before["time"]) / PERIOD_S
     loop = cluster.exec_head(["controller-health"])
     return {
+        "sampled_health_s": health / SAMPLE_RATE / periods,
+        "sampled_gil_s": gil / SAMPLE_RATE / periods,
         "cpu_s": (after["cpu_s"] - before["cpu_s"]) / periods,
         **{
             key: (after[key] - before[key]) / periods
@@ -392,7 +463,10 @@ def registry_memory(entries: int = 8000) -> int:
 
 
 def bench_health(
-    sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS, window_s: float = WINDOW_S
+    sizes: tuple[int, ...] = SIZES,
+    repeats: int = REPEATS,
+    window_s: float = WINDOW_S,
+    cost_only: bool = False,
 ) -> dict:
     pin = load_pin()
     stock = images.ensure_node_image(images.ImageSpec(pin.ray.version, "stock"))
@@ -400,6 +474,10 @@ def bench_health(
     started = time.monotonic()
     middle = sizes[len(sizes) // 2]
     runs = measure_sizes(patched, sizes, repeats, window_s, started)
+    if cost_only:
+        result = {"runs": runs, "sizes": sizes, "repeats": repeats}
+        _save(result)
+        return result
     stock_run = measure_stock(stock, middle, window_s, started)
     ingest = measure_ingest(patched, INGEST_WINDOW_S, started)
     result = {
@@ -447,6 +525,36 @@ def _range(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
     )
 
 
+def _print_sampled(runs: list[dict], sizes: tuple[int, ...]) -> None:
+    """The health path's own CPU (sampled), push against pull per repeat."""
+    if not all("sampled_health_s" in r for r in runs):
+        return  # a run saved before the health path was sampled
+    print()
+    print(
+        "health path sampled (py-spy, GIL held, at "
+        f"{SAMPLE_RATE}/s): CPU-s per period in the probe and receive paths; "
+        "median (min-max)"
+    )
+    print()
+    print("| replicas | pull | push | push / pull per repeat | target |")
+    print("|---:|---:|---:|---:|---|")
+    for replicas in sizes:
+        by_repeat = {
+            (r["repeat"], r["mode"]): r["sampled_health_s"]
+            for r in runs
+            if r["replicas"] == replicas
+        }
+        repeats = sorted({repeat for repeat, _ in by_repeat})
+        pull = [by_repeat[(k, "pull")] for k in repeats]
+        push = [by_repeat[(k, "push")] for k in repeats]
+        ratios = [s / p if p > 0 else float("inf") for s, p in zip(push, pull, strict=True)]
+        verdict = "met" if max(ratios) <= 0.2 else "not met"
+        print(
+            f"| {replicas} | {_range(pull, digits=4)} | {_range(push, digits=4)} "
+            f"| {_range(ratios, digits=3)} | at most 0.20: {verdict} |"
+        )
+
+
 def print_health(result: dict) -> None:
     runs, sizes = result["runs"], result["sizes"]
     print()
@@ -485,6 +593,9 @@ def print_health(result: dict) -> None:
             f"| {replicas} | {statistics.median(push) / statistics.median(pull):.2f}; "
             f"{max(ratios):.2f} | at most 0.20 |"
         )
+    _print_sampled(runs, sizes)
+    if "stock" not in result:
+        return  # --cost-only
     print()
     slopes = {}
     for mode in ("pull", "push"):

@@ -563,6 +563,11 @@ class Cluster:
         fields = stat.rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
+    def host_pid(self, node: Node, pid: int) -> int:
+        """The host's PID of a node's process (a profiler on the host attaches
+        to it there)."""
+        return engine.host_pid(node.handle, pid)
+
     def haproxy_pids(self, node: Node) -> list[int]:
         code, out = self.exec_in(node, ["pgrep", "-x", "haproxy"], check=False)
         return [int(pid) for pid in out.split()] if code == 0 else []

@@ -470,6 +470,27 @@ class _LinkEnd:
         return " tbf " in self.tc("show")
 
 
+def host_pid(container, pid: int) -> int:
+    """The host's PID of the process a container knows as `pid`: the one in
+    the container's PID namespace whose innermost PID (NSpid) is `pid`."""
+    container.reload()
+    init = container.attrs["State"]["Pid"]
+    namespace = os.readlink(f"/proc/{init}/ns/pid")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry.name}/ns/pid") != namespace:
+                continue
+            with open(f"/proc/{entry.name}/status") as status:
+                nspid = next(line for line in status if line.startswith("NSpid:"))
+        except (OSError, StopIteration):
+            continue  # exited meanwhile, or not ours to read
+        if int(nspid.split()[-1]) == pid:
+            return int(entry.name)
+    raise HarnessError(f"no process {pid} in {container.name}")
+
+
 def _netns(container) -> tuple[str, ...]:
     """The argv prefix that runs a host command in the container's network
     namespace."""

@@ -88,15 +88,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a timeout of a replica pushing through a relay is held",
         _DEPLOYMENT_STATE,
         "            and self._last_probe_timed_out\n"
-        "            and self._sender_departed_at is not None\n",
+        "            and self._last_carried_at is not None\n",
         "            and self._last_probe_timed_out\n            and False\n",
     ),
     Mutation(
         "only a timeout is held",
         _DEPLOYMENT_STATE,
         "            and self._last_probe_timed_out\n"
-        "            and self._sender_departed_at is not None\n",
-        "            and self._sender_departed_at is not None\n",
+        "            and self._last_carried_at is not None\n",
+        "            and self._last_carried_at is not None\n",
     ),
     Mutation(
         "a report dated after the probe drops its timeout",
@@ -113,14 +113,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a relay batch that left late enough confirms a held timeout",
         _DEPLOYMENT_STATE,
-        "            (departed_at is not None and held[0] + silent_for_s <= departed_at)\n",
+        "            (carried_at is not None and held[0] + silent_for_s <= carried_at)\n",
         "            False\n",
     ),
     Mutation(
         "confirmation waits a period and a timeout",
         _DEPLOYMENT_STATE,
+        "        silent_for_s = self.health_check_period_s + self.health_check_timeout_s\n",
         "        silent_for_s = max(self.health_check_period_s, self.health_check_timeout_s)\n",
-        "        silent_for_s = self.health_check_timeout_s\n",
     ),
     Mutation(
         "a held timeout is charged after the cap",
@@ -135,10 +135,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if response is ReplicaHealthCheckResponse.NONE:\n",
     ),
     Mutation(
-        "a relay's latest departure survives an overtaken batch",
+        "a batch's departure survives an overtaken batch",
         _DEPLOYMENT_STATE,
-        "                self._departed_at.get(sender_id, -math.inf), now - in_transit_s\n",
-        "                now - in_transit_s, now - in_transit_s\n",
+        "                    self._carried_at.get(report.replica_unique_id, -math.inf),\n",
+        "                    -math.inf,\n",
+    ),
+    Mutation(
+        "only a batch that carries the replica shows it silent",
+        _DEPLOYMENT_STATE,
+        "                self._carried_at[report.replica_unique_id] = max(\n"
+        "                    self._carried_at.get(report.replica_unique_id, -math.inf),\n"
+        "                    departed_at,\n"
+        "                )\n",
+        "                for unique_id in self._entries:\n"
+        "                    self._carried_at[unique_id] = departed_at\n",
+    ),
+    Mutation(
+        "a confirmed timeout is a failed check",
+        _DEPLOYMENT_STATE,
+        "            self._last_health_check_failed = True\n            strikes += confirmed\n",
+        "            strikes += confirmed\n",
     ),
     Mutation(
         "a batch held up in transit is dated back",
@@ -240,8 +256,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "relay batching (hold)",
         _RELAY,
-        "        hold_s = PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * min(\n",
-        "        hold_s = 0.0 * min(\n",
+        "            self._hold_s = PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * min(\n",
+        "            self._hold_s = 0.0 * min(\n",
     ),
     Mutation(
         "relay hold follows a new period",
@@ -270,9 +286,23 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if True\n",
     ),
     Mutation(
+        "the relay wakes only when a report changes when to send",
+        _RELAY,
+        "        if wake:\n            self._notify()\n",
+        "        self._notify()\n",
+    ),
+    Mutation(
+        "a check a pause overlapped does not mark the replica",
+        _REPLICA,
+        '            logger.warning("Replica health check failed.")\n            raise\n',
+        '            logger.warning("Replica health check failed.")\n'
+        "            self._healthy = False\n"
+        "            raise\n",
+    ),
+    Mutation(
         "relay sends news at once",
         _RELAY,
-        "        if self._is_news(report):\n            self._urgent = True\n",
+        "        if self._is_news(report):\n            self._urgent = wake = True\n",
         "",
     ),
     Mutation(
