@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import os
 import signal
 import sys
@@ -150,6 +151,19 @@ def cmd_images(args) -> None:
     for spec, tag in images.ensure_images(specs).items():
         print(f"{spec}: {tag}")
     print(f"images ready in {time.monotonic() - started:.0f}s")
+
+
+def _run_help(format_help) -> str:
+    """`run --help` with the scenarios listed; built only when asked for, since
+    listing them imports every scenario."""
+    from harness.scenarios import scenario_list
+
+    return (
+        format_help()
+        + "\nscenarios (what each exercises; the images it compares by default):\n"
+        + scenario_list()
+        + "\n"
+    )
 
 
 def cmd_run(args) -> None:
@@ -555,7 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_images)
 
     p = sub.add_parser("run", help="run a scenario on images side by side")
-    p.add_argument("scenario")
+    p.format_help = functools.partial(_run_help, p.format_help)
+    p.add_argument("scenario", help="one of the scenarios below")
     p.add_argument(
         "--parallel",
         type=at_least_one,

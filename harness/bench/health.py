@@ -88,7 +88,7 @@ HEALTH_FRAMES = (
     "DeploymentState._record_health_check_metrics (",
     "ServeController.record_replica_health_reports (",
 )
-SAMPLE_RATE = 250  # samples per second of GIL held
+SAMPLE_RATE = 1000  # samples per second of GIL held
 
 
 def _app(name: str, replicas: int, period_s: float) -> dict:

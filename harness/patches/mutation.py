@@ -260,6 +260,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            self._hold_s = 0.0 * min(\n",
     ),
     Mutation(
+        "the relay's hold is worked out again only on a change",
+        _RELAY,
+        "        if self._hold_s is None:\n",
+        "        if True:\n",
+    ),
+    Mutation(
         "relay hold follows a new period",
         _RELAY,
         "        self._latest[unique_id] = _HeldReport(report, now, health_check_period_s)\n",

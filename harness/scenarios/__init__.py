@@ -4,6 +4,7 @@ run against several images side by side and judged from the recorded history.
     python -m harness run NAME --image 2.59.0-stock --image 2.60.0-patched
 """
 
+from harness.core.pin import load_pin
 from harness.scenarios.base import ScenarioOutcome, run_scenario
 from harness.scenarios.health import (
     ControllerLag,
@@ -38,3 +39,15 @@ SCENARIOS = {
 }
 
 __all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]
+
+
+def scenario_list() -> str:
+    """One line per scenario: its name, what it exercises and the images it
+    compares when none are given (`run --help` and README.md show it)."""
+    pin = load_pin()
+    releases = {"ray": pin.ray, "baseline": pin.baseline}
+    lines = []
+    for name, scenario in SCENARIOS.items():
+        runs_on = " vs ".join(f"{releases[r].version} {flavor}" for r, flavor in scenario.runs_on)
+        lines.append(f"  {name:<24} {scenario.title} ({runs_on})")
+    return "\n".join(lines)
