@@ -569,7 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_images)
 
     p = sub.add_parser("run", help="run a scenario on images side by side")
-    p.format_help = functools.partial(_run_help, p.format_help)
+    # The list is built when help is asked for, not with every parser.
+    setattr(p, "format_help", functools.partial(_run_help, p.format_help))  # noqa: B010
     p.add_argument("scenario", help="one of the scenarios below")
     p.add_argument(
         "--parallel",
