@@ -200,9 +200,10 @@ class HealthFailure(_HealthScenario[FailureFacts]):
 
 class HungReplica(HealthFailure):
     """A replica whose process stops answering, health checks included: pull
-    finds it when its probes time out; push when its reports go stale and the
-    fallback probe times out. A measurement of both, not a pass/fail claim on
-    requests: those routed to the hung replica stall in both."""
+    finds it when its probes time out; push when its reports go stale, its
+    fallback probes time out and batches from its node show it silent. A
+    measurement of both, not a pass/fail claim on requests: those routed to
+    the hung replica stall in both."""
 
     name = "hung_replica"
     title = "A replica's process hangs (SIGSTOP): time to detect, pull vs push"
