@@ -176,7 +176,15 @@ def _markdown(
 ) -> str:
     verdicts = {name: verdict for name, (_, verdict) in runs.items()}
     thresholds = sorted({format_percent(v.threshold) for v in verdicts.values()})
-    parts = [f"# {title}"]
+    # The first three lines say which images ran, what each lost, and its verdict.
+    parts = [
+        f"# {title}",
+        " · ".join(
+            f"**{name}**: {v.failures:,} of {v.requests:,} requests failed, "
+            f"{'PASSED' if v.passed and not v.record_gap else 'FAILED'}"
+            for name, v in verdicts.items()
+        ),
+    ]
     gaps = [f"- {name}: {v.record_gap}" for name, v in verdicts.items() if v.record_gap]
     if gaps:
         parts.append(

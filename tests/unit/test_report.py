@@ -64,6 +64,17 @@ def test_markdown_has_the_comparison_windows_and_sections(tmp_path: Path):
     assert "![timeline](timeline.png)" in md
 
 
+def test_the_first_three_lines_say_the_images_what_each_lost_and_its_verdict(tmp_path: Path):
+    paths, _ = _write(tmp_path)
+    first = paths["md"].read_text().splitlines()[:3]
+    assert first == [
+        "# Spot notice",
+        "",
+        "**stock 2.59.0**: 3 of 600 requests failed, FAILED · "
+        "**patched 2.60.0**: 0 of 600 requests failed, PASSED",
+    ]
+
+
 def test_json_holds_verdicts_and_meta_not_rows(tmp_path: Path):
     paths, _ = _write(tmp_path)
     doc = json.loads(paths["json"].read_text())
