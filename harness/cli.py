@@ -219,53 +219,56 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-def cmd_bench(args) -> None:
-    from harness.bench import load as bench
+def cmd_bench_load(args) -> None:
+    from harness.bench import load as bench_load
 
-    if args.what == "load":
-        bench.print_load(bench.bench_load())
-    elif args.what == "health":
-        from harness.bench import health as bench_health
-        from harness.core.errors import HarnessError
+    bench_load.print_load(bench_load.bench_load())
 
-        options = {
-            key: value
-            for key, value in (
-                ("sizes", args.sizes),
-                ("repeats", args.repeats),
-                ("window_s", args.window),
+
+def cmd_bench_health(args) -> None:
+    from harness.bench import health as bench_health
+    from harness.core.errors import HarnessError
+
+    if args.detect_again:
+        if args.sizes is not None or args.window is not None or args.cost_only:
+            raise HarnessError(
+                "--detect-again measures at the saved run's middle size and "
+                "takes only --repeats; drop --sizes, --window and --cost-only."
             )
-            if value is not None
-        }
-        if args.cost_only:
-            options["cost_only"] = True
-        if args.detect_again:
-            if args.sizes is not None or args.window is not None or args.cost_only:
-                raise HarnessError(
-                    "--detect-again measures at the saved run's middle size and "
-                    "takes only --repeats; drop --sizes, --window and --cost-only."
-                )
-            bench_health.print_health(
-                bench_health.detect_again(
-                    **({"repeats": args.repeats} if args.repeats is not None else {})
-                )
+        bench_health.print_health(
+            bench_health.detect_again(
+                **({"repeats": args.repeats} if args.repeats is not None else {})
             )
-        else:
-            bench_health.print_health(bench_health.bench_health(**options))
-    elif args.what == "keepalive":
-        from harness.bench import keepalive as bench_keepalive
-
-        bench_keepalive.print_keepalive(bench_keepalive.bench_keepalive())
-    elif args.what == "stop":
-        from harness.bench import stop as bench_stop
-
-        bench_stop.print_stop(bench_stop.bench_stop())
-    else:
-        from harness.bench import membership as bench_membership
-
-        bench_membership.print_membership(
-            bench_membership.bench_membership(args.rounds, args.sizes)
         )
+        return
+    options = {
+        key: value
+        for key, value in (
+            ("sizes", args.sizes),
+            ("repeats", args.repeats),
+            ("window_s", args.window),
+        )
+        if value is not None
+    }
+    bench_health.print_health(bench_health.bench_health(**options, cost_only=args.cost_only))
+
+
+def cmd_bench_membership(args) -> None:
+    from harness.bench import membership as bench_membership
+
+    bench_membership.print_membership(bench_membership.bench_membership(args.rounds, args.sizes))
+
+
+def cmd_bench_keepalive(args) -> None:
+    from harness.bench import keepalive as bench_keepalive
+
+    bench_keepalive.print_keepalive(bench_keepalive.bench_keepalive())
+
+
+def cmd_bench_stop(args) -> None:
+    from harness.bench import stop as bench_stop
+
+    bench_stop.print_stop(bench_stop.bench_stop())
 
 
 def cmd_up(args) -> None:
@@ -611,39 +614,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
-    p.add_argument("what", choices=["load", "health", "membership", "keepalive", "stop"])
-    p.add_argument(
-        "--rounds",
-        type=int,
-        default=20,
-        help="membership: replicas added and removed per configuration",
+    benches = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    b = benches.add_parser("load", help="generator capacity vs the cluster's rate")
+    b.set_defaults(func=cmd_bench_load)
+    b = benches.add_parser(
+        "health", help="controller cost of health checks, pull vs push, at several sizes"
     )
-    p.add_argument(
+    b.add_argument(
         "--sizes",
         type=_sizes,
         default=None,
-        help="health: replica counts per app, comma-separated (default 16,32,48); "
-        "membership: servers in the backend (default 16,64,256)",
+        help="replica counts per app, comma-separated (default 16,32,48)",
     )
-    p.add_argument(
-        "--repeats", type=int, default=None, help="health: runs of every mode per size (default 3)"
+    b.add_argument(
+        "--repeats", type=int, default=None, help="runs of every mode per size (default 3)"
     )
-    p.add_argument(
-        "--window", type=float, default=None, help="health: seconds measured per run (default 30)"
+    b.add_argument(
+        "--window", type=float, default=None, help="seconds measured per run (default 30)"
     )
-    p.add_argument(
+    b.add_argument(
         "--cost-only",
         action="store_true",
-        help="health: measure only the controller's cost per size (no stock cross-check, "
-        "ingest or detection)",
+        help="measure only the controller's cost per size (no stock cross-check, ingest or "
+        "detection)",
     )
-    p.add_argument(
+    b.add_argument(
         "--detect-again",
         action="store_true",
-        help="health: measure only the times to detect again (--repeats samples), "
-        "into the finished run saved in build/results/bench-health.json",
+        help="measure only the times to detect again (--repeats samples), into the finished "
+        "run saved in build/results/bench-health.json",
     )
-    p.set_defaults(func=cmd_bench)
+    b.set_defaults(func=cmd_bench_health)
+    b = benches.add_parser(
+        "membership", help="what a replica change costs HAProxy, stock vs runtime servers"
+    )
+    b.add_argument(
+        "--rounds", type=int, default=20, help="replicas added and removed per configuration"
+    )
+    b.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        help="servers in the backend, comma-separated (default 16,64,256)",
+    )
+    b.set_defaults(func=cmd_bench_membership)
+    b = benches.add_parser(
+        "keepalive", help="what closing after streamed responses costs keep-alive clients"
+    )
+    b.set_defaults(func=cmd_bench_keepalive)
+    b = benches.add_parser("stop", help="how long an idle ingress replica takes to stop")
+    b.set_defaults(func=cmd_bench_stop)
 
     p = sub.add_parser(
         "soak",

@@ -64,6 +64,33 @@ def test_bad_usage_is_argparses_2(capsys) -> None:
     assert exit_.value.code == 2
 
 
+def _bench_parser(name: str) -> argparse.ArgumentParser:
+    bench = next(
+        a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices["bench"]
+    benches = next(a for a in bench._actions if isinstance(a, argparse._SubParsersAction))
+    return benches.choices[name]
+
+
+@pytest.mark.parametrize(
+    "bench, foreign",
+    [("health", "--rounds"), ("membership", "--repeats"), ("load", "--sizes")],
+)
+def test_each_bench_takes_only_its_own_options(capsys, bench: str, foreign: str) -> None:
+    assert foreign not in _bench_parser(bench).format_help()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["bench", bench, foreign, "2"])
+    assert exit_.value.code == 2
+
+
+def test_a_bench_help_shows_its_defaults() -> None:
+    def words(bench: str) -> str:
+        return " ".join(_bench_parser(bench).format_help().split())
+
+    assert "(default 16,32,48)" in words("health")
+    assert "(default 16,64,256)" in words("membership")
+
+
 def _help_texts(parser: argparse.ArgumentParser) -> list[str]:
     texts = [parser.format_help()]
     for action in parser._actions:
