@@ -53,7 +53,7 @@ from pathlib import Path
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
-from harness.core import log
+from harness.core import log, proc
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
@@ -124,10 +124,10 @@ def _counters(cluster: Cluster, pid: int) -> dict:
     return {"cpu_s": cpu_s, "time": now, **health_counters(cluster.metrics_text())}
 
 
-def _sample(host_pid: int, seconds: float, out: Path) -> subprocess.Popen:
+def _sample(host_pid: int, seconds: float, out: Path) -> proc.Popen:
     """Start py-spy sampling the process's GIL holder for `seconds`, into `out`
     (one line per distinct stack: frames joined by ';', then its count)."""
-    return subprocess.Popen(
+    return proc.start(
         [
             str(Path(sys.executable).parent / "py-spy"),
             "record",
@@ -144,8 +144,7 @@ def _sample(host_pid: int, seconds: float, out: Path) -> subprocess.Popen:
             "--output",
             str(out),
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        merge_stderr=True,
         text=True,
     )
 
@@ -173,12 +172,12 @@ def _window(cluster: Cluster, pid: int, window_s: float) -> dict:
         time.sleep(window_s)
         after = _counters(cluster, pid)
         try:
-            _, errors = sampler.communicate(timeout=60)
+            said, _ = sampler.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             sampler.kill()
             raise HarnessError("py-spy did not finish sampling the controller") from None
         if sampler.returncode != 0 or not raw.exists():
-            raise HarnessError(f"py-spy could not sample the controller: {errors.strip()}")
+            raise HarnessError(f"py-spy could not sample the controller: {said.strip()}")
         health, gil = health_samples(raw.read_text())
     periods = (after["time"] - before["time"]) / PERIOD_S
     loop = cluster.exec_head(["controller-health"])
@@ -500,13 +499,29 @@ def bench_health(
     return result
 
 
+def _per_repeat(runs: list[dict], replicas: int, mode: str, key: str) -> list[float]:
+    """One figure of a size and mode, per repeat in order."""
+    by_repeat = {
+        r["repeat"]: r[key] for r in runs if r["replicas"] == replicas and r["mode"] == mode
+    }
+    return [by_repeat[k] for k in sorted(by_repeat)]
+
+
 def _health_cost(runs: list[dict], replicas: int, mode: str) -> list[float]:
     """Per repeat: the mode's controller CPU per period less the no-health run's."""
-    by_repeat = {(r["repeat"], r["mode"]): r for r in runs if r["replicas"] == replicas}
-    repeats = sorted({repeat for repeat, _ in by_repeat})
     return [
-        by_repeat[(k, mode)]["cpu_s"] - by_repeat[(k, "no health checks")]["cpu_s"] for k in repeats
+        cpu_s - idle_s
+        for cpu_s, idle_s in zip(
+            _per_repeat(runs, replicas, mode, "cpu_s"),
+            _per_repeat(runs, replicas, "no health checks", "cpu_s"),
+            strict=True,
+        )
     ]
+
+
+def _ratios(push: list[float], pull: list[float]) -> list[float]:
+    """push / pull per repeat (infinite where pull's figure is not above 0)."""
+    return [s / p if p > 0 else float("inf") for s, p in zip(push, pull, strict=True)]
 
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -539,15 +554,8 @@ def _print_sampled(runs: list[dict], sizes: tuple[int, ...]) -> None:
     print("| replicas | pull | push | push / pull per repeat | target |")
     print("|---:|---:|---:|---:|---|")
     for replicas in sizes:
-        by_repeat = {
-            (r["repeat"], r["mode"]): r["sampled_health_s"]
-            for r in runs
-            if r["replicas"] == replicas
-        }
-        repeats = sorted({repeat for repeat, _ in by_repeat})
-        pull = [by_repeat[(k, "pull")] for k in repeats]
-        push = [by_repeat[(k, "push")] for k in repeats]
-        ratios = [s / p if p > 0 else float("inf") for s, p in zip(push, pull, strict=True)]
+        pull, push = (_per_repeat(runs, replicas, m, "sampled_health_s") for m in ("pull", "push"))
+        ratios = _ratios(push, pull)
         verdict = "met" if max(ratios) <= 0.2 else "not met"
         print(
             f"| {replicas} | {_range(pull, digits=4)} | {_range(push, digits=4)} "
@@ -588,7 +596,7 @@ def print_health(result: dict) -> None:
     print("|---:|---:|---|")
     for replicas in sizes:
         pull, push = (_health_cost(runs, replicas, m) for m in ("pull", "push"))
-        ratios = [s / p if p > 0 else float("inf") for s, p in zip(push, pull, strict=True)]
+        ratios = _ratios(push, pull)
         print(
             f"| {replicas} | {statistics.median(push) / statistics.median(pull):.2f}; "
             f"{max(ratios):.2f} | at most 0.20 |"
