@@ -29,8 +29,10 @@ harness_run = echo "$(subst ",\",$(1))"; $(1) $(call harness_rc,$(1))
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches check-patches \
         images up down status bench-load bench-health bench-membership bench-keepalive bench-stop soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
 
-help: ## list the targets
+help: ## list the targets, then the scenarios
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
+	@echo; echo "scenarios: what each exercises, and the images it compares by default:"
+	@if [ -x $(PY) ]; then $(call harness_run,$(HARNESS) scenarios); else echo "  (listed once $(PY) exists: make setup)"; fi
 
 $(PY):
 	@$(call harness_run,$(PYTHON) -m harness setup)

@@ -187,6 +187,13 @@ def cmd_run(args) -> None:
     _print_outcome(run_scenario(scenario_class(**options), specs, parallel=args.parallel))
 
 
+def cmd_scenarios(args) -> None:
+    """The scenario list `run --help` ends with, alone (`make help` prints it)."""
+    from harness.scenarios import scenario_list
+
+    print(scenario_list())
+
+
 def cmd_analyze(args) -> None:
     from harness.scenarios.analyze import analyze
 
@@ -597,6 +604,12 @@ def build_parser() -> argparse.ArgumentParser:
         "ladder's own times (the default), 0.5 halves every one of them",
     )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "scenarios",
+        help="list the scenarios: what each exercises and the images it compares by default",
+    )
+    p.set_defaults(func=cmd_scenarios)
 
     p = sub.add_parser(
         "analyze",

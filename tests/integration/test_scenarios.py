@@ -18,11 +18,11 @@ pytestmark = pytest.mark.integration
 
 # slow_worker_link and hung_replica are measurements (what each mode does behind one
 # slow node; how long each takes to find a hung replica), not comparisons that can
-# fail; README.md has their runs.
+# fail; docs/scenarios.md has their runs.
 # controller_lag runs (python -m harness run NAME) but is not here: it cannot fail on
 # the fault it names. Controller lag gives stock 2.60.0 no false strike, whether by
 # SIGSTOP, CPU starvation or a flood of calls (probe replies are completed by the core
-# worker's threads, ready whenever the control loop looks). README.md has the runs.
+# worker's threads, ready whenever the control loop looks). docs/scenarios.md has the runs.
 
 # Scenarios at a smaller scale than `python -m harness run NAME` gives them, to
 # keep make test short; each still fails where it must (stock or its negative

@@ -307,3 +307,11 @@ def test_up_deploys_one_echo_replica_per_node(monkeypatch, capsys, workers: int)
     [deployment] = echo["deployments"]
     assert deployment["num_replicas"] == workers + 1
     assert deployment["max_replicas_per_node"] == 1
+
+
+def test_scenarios_prints_the_list_run_help_ends_with(capsys) -> None:
+    from harness.scenarios import scenario_list
+
+    assert cli.main(["scenarios"]) == 0
+    out = capsys.readouterr().out
+    assert out == scenario_list() + "\n"

@@ -112,3 +112,39 @@ def test_help_lists_the_patch_checks() -> None:
     listed = _make("help").stdout
     assert "CHECK=1" in listed
     assert re.search(r"^check-patches\s+fail unless patches/", listed, re.M)
+
+
+def test_help_lists_the_targets_then_every_scenario() -> None:
+    from harness.scenarios import scenario_list
+
+    run = _make("help")
+    assert run.returncode == 0, run.stderr
+    listed = run.stdout
+    # The targets as before, each with its line, then the harness's scenario list whole.
+    assert re.search(r"^help\s+list the targets", listed, re.M)
+    assert re.search(r"^clean\s+remove build/", listed, re.M)
+    scenarios = scenario_list()
+    assert scenarios in listed
+    assert listed.index("clean ") < listed.index(scenarios)
+    assert f"{sys.executable} -m harness scenarios" in listed
+
+
+def test_help_without_a_venv_still_lists_the_targets(tmp_path: Path) -> None:
+    # A fresh clone: `make help` must not start a set-up to list the scenarios.
+    missing = tmp_path / "no-venv" / "python"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+    }
+    run = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "help", f"PY={missing}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"^setup\s+create \.venv", run.stdout, re.M)
+    assert f"(listed once {missing} exists: make setup)" in run.stdout
+    assert not missing.parent.exists()
