@@ -1,5 +1,6 @@
 """The report of a run: report.md for people, report.json for machines, and
-timeline.png to see at a glance when requests failed relative to the faults.
+timeline.png (drawn by timeline.py) to see at a glance when requests failed
+and slowed relative to the faults.
 
 This is the one place that writes reports. It formats verdicts the checker
 already computed, including the spot-notice acceptance table
@@ -17,15 +18,13 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.experiment import timeline
 from harness.experiment.checker import FaultWindow, Verdict
 from harness.experiment.history import History
 
 MD_NAME = "report.md"
 JSON_NAME = "report.json"
 PNG_NAME = "timeline.png"
-
-# One colour per fault kind, cycled, so the same fault looks the same in every subplot.
-_FAULT_COLOURS = ("tab:orange", "tab:purple", "tab:brown", "tab:olive", "tab:cyan", "tab:pink")
 
 
 def record_text(gap: str | None) -> str:
@@ -167,7 +166,7 @@ def write_report(
     }
     paths["md"].write_text(_markdown(title, runs, sections or {}))
     paths["json"].write_text(_json(title, runs, sections or {}, judgement))
-    _timeline(paths["png"], runs)
+    timeline.write_timeline(paths["png"], runs, title)
     return paths
 
 
@@ -314,96 +313,3 @@ def _json(
         doc["judgement"] = judgement
     # default=str: meta is free-form and may carry a Path or a datetime.
     return json.dumps(doc, indent=2, default=str) + "\n"
-
-
-def _per_second(history: History, t0: float) -> tuple[list[int], list[int]]:
-    """Successes and failures per 1 s bin, by completion time: a failure shows
-    when the client saw it, which is when a fault's effect became visible."""
-    if not history.requests:
-        return [], []
-    n_bins = max(1, math.floor(max(r.end for r in history.requests) - t0) + 1)
-    ok = [0] * n_bins
-    bad = [0] * n_bins
-    for r in history.requests:
-        i = min(n_bins - 1, max(0, math.floor(r.end - t0)))
-        if r.ok:
-            ok[i] += 1
-        else:
-            bad[i] += 1
-    return ok, bad
-
-
-def _timeline(path: Path, runs: dict[str, tuple[History, Verdict]]) -> None:
-    # Lazy: only report writing needs matplotlib, and the Agg canvas is bound to
-    # this figure alone so no global pyplot backend state is touched.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
-
-    fig = Figure(figsize=(12, 3.2 * len(runs)), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0]
-    fault_colour: dict[str, str] = {}
-
-    for ax, (name, (history, verdict)) in zip(axes, runs.items(), strict=True):
-        ok, bad = _per_second(history, verdict.t0)
-        # One extra edge so the last 1 s bin is drawn as wide as the others.
-        xs = list(range(len(ok) + 1))
-        ok_line = ax.step(xs, [*ok, *ok[-1:]], where="post", color="tab:blue", lw=1, label="ok / s")
-        ax.set_ylabel("ok / s", color="tab:blue")
-        # Headroom keeps the window labels along the top clear of the traffic line.
-        ax.set_ylim(0, max([1, *ok]) * 1.2)
-        # Failures are often a handful against thousands of successes: a second
-        # axis keeps a single failed request visible.
-        ax_bad = ax.twinx()
-        bad_line = ax_bad.step(
-            xs, [*bad, *bad[-1:]], where="post", color="tab:red", lw=1.2, label="failed / s"
-        )
-        ax_bad.set_ylabel("failed / s", color="tab:red")
-        ax_bad.set_ylim(0, max([1, *bad]) * 1.2)
-
-        handles = [*ok_line, *bad_line]
-        seen: set[str] = set()
-        for w in verdict.windows:
-            colour = fault_colour.setdefault(
-                w.fault, _FAULT_COLOURS[len(fault_colour) % len(_FAULT_COLOURS)]
-            )
-            ax.axvspan(w.start, w.end, color=colour, alpha=0.25, lw=0)
-            ax.axvspan(w.end, w.end + verdict.grace_s, color=colour, alpha=0.08, lw=0)
-            ax.text(
-                w.start,
-                0.99,
-                f" {w.fault} {w.target or ''}",
-                transform=ax.get_xaxis_transform(),
-                va="top",
-                fontsize=7,
-                color=colour,
-            )
-            if w.fault not in seen:
-                seen.add(w.fault)
-                handles.append(Patch(color=colour, alpha=0.35, label=w.fault))
-        for m in verdict.marks:
-            ax.axvline(m.time, color="black", ls="--", lw=0.8)
-            ax.text(
-                m.time,
-                0.93,
-                m.label,
-                transform=ax.get_xaxis_transform(),
-                rotation=90,
-                va="top",
-                ha="right",
-                fontsize=7,
-            )
-
-        heading = name if name == verdict.label else f"{name} ({verdict.label})"
-        ax.set_title(
-            f"{heading}: {verdict.failures:,} failed of {verdict.requests:,} — {verdict.result}",
-            fontsize=10,
-        )
-        if not history.requests:
-            ax.text(0.5, 0.5, "no requests", transform=ax.transAxes, ha="center")
-        ax.legend(handles=handles, loc="lower left", fontsize=7, ncol=len(handles))
-        ax.grid(alpha=0.3)
-
-    axes[-1].set_xlabel("seconds from the run's first request")
-    fig.savefig(path, dpi=100)

@@ -48,7 +48,7 @@ def test_png_is_a_real_image(tmp_path: Path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
     assert width >= 800 and height >= 400
-    assert len(data) > 20_000  # two plotted subplots, not a blank canvas
+    assert len(data) > 20_000  # two runs' panels drawn, not a blank canvas
 
 
 def test_markdown_has_the_comparison_windows_and_sections(tmp_path: Path):
