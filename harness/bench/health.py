@@ -53,10 +53,11 @@ from pathlib import Path
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
-from harness.core import log, proc
+from harness.core import proc
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
+from harness.core.progress import Progress
 from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH
 from harness.experiment.health import (
     PERIOD_S,
@@ -68,8 +69,6 @@ from harness.experiment.health import (
 from harness.experiment.history import History
 from harness.experiment.nemesis import fail_health_check
 
-_log = log.get(__name__)
-
 SIZES = (16, 32, 48)  # 64 per mode saturates a 2-core machine; 96 did not deploy
 REPEATS = 3
 WINDOW_S = 30.0
@@ -79,6 +78,11 @@ APPS = {"pull": "0", "push": "1"}  # app name -> RAY_SERVE_ENABLE_PUSH_HEALTH
 INGEST = {"nodes": 250, "replicas_per_node": 32, "period_s": 10.0, "senders": 4}
 INGEST_WINDOW_S = 60.0
 DETECT_TIMEOUT_S = 90.0
+SETTLE_S = 3 * PERIOD_S + 3  # three periods for the cadence to settle, plus the metrics export
+# For the estimate of the time left only, a guess: a sample of the times to
+# detect is a settle, then three faults, each detected and its replica
+# replaced. The pace corrects it.
+DETECT_SAMPLE_S = 100.0
 # The controller's frames that are health checking, as py-spy names them: the
 # sweep's check of each replica (a probe's submit and result in pull, applying
 # a report in push), what feeds it, and the handler of the relays' batches.
@@ -195,8 +199,7 @@ def _window(cluster: Cluster, pid: int, window_s: float) -> dict:
 
 
 def _settle(cluster: Cluster) -> None:
-    # Three periods for the cadence to settle, plus the metrics export.
-    time.sleep(3 * PERIOD_S + 3)
+    time.sleep(SETTLE_S)
 
 
 def _cluster(tag: str) -> Cluster:
@@ -214,24 +217,47 @@ def _cluster(tag: str) -> Cluster:
     )
 
 
+def planned_s(
+    sizes: tuple[int, ...], repeats: int, window_s: float, cost_only: bool = False
+) -> float:
+    """The seconds a run plans (its progress estimates the time left from
+    them): every settle and window it waits through, and DETECT_SAMPLE_S per
+    sample of the times to detect. Cluster starts and deploys are left to the
+    pace. Each part's pieces below begin with their share of this."""
+    run_s = SETTLE_S + window_s
+    total = len(sizes) * repeats * len(MODES) * run_s
+    if cost_only:
+        return total
+    stock = 2 * run_s
+    ingest = (SETTLE_S + INGEST_WINDOW_S) + (INGEST_WINDOW_S + 3)
+    return total + stock + ingest + detect_planned_s(repeats)
+
+
+def detect_planned_s(repeats: int) -> float:
+    return repeats * len(APPS) * DETECT_SAMPLE_S
+
+
 def measure_sizes(
-    tag: str, sizes: tuple[int, ...], repeats: int, window_s: float, started: float
+    tag: str,
+    sizes: tuple[int, ...],
+    repeats: int,
+    window_s: float,
+    progress: Progress,
 ) -> list[dict]:
     """Every mode at every size, `repeats` times, interleaved."""
     runs: list[dict] = []
+    progress.begin("starting a cluster")
     with _cluster(tag) as cluster:
         for replicas in sizes:
-            log.progress(_log, f"bench-health: deploying 2 x {replicas} replicas", started)
+            progress.begin(f"size {replicas}: deploying 2 x {replicas} replicas")
             cluster.deploy(_config(replicas, "no health checks"), timeout_s=1200)
             pid = cluster.controller_pid()
             for repeat in range(repeats):
                 order = MODES[repeat % len(MODES) :] + MODES[: repeat % len(MODES)]
                 for mode in order:
-                    log.progress(
-                        _log,
-                        f"bench-health: {replicas} replicas, repeat {repeat + 1}/{repeats}: "
-                        f"{mode}, {window_s:.0f}s",
-                        started,
+                    progress.begin(
+                        f"size {replicas}, repeat {repeat + 1}/{repeats}: {mode}",
+                        SETTLE_S + window_s,
                     )
                     cluster.deploy(_config(replicas, mode), timeout_s=600)
                     _settle(cluster)
@@ -247,23 +273,22 @@ def measure_sizes(
     return runs
 
 
-def measure_detection(tag: str, replicas: int, repeats: int, started: float, save) -> dict:
+def measure_detection(tag: str, replicas: int, repeats: int, progress: Progress, save) -> dict:
     """`repeats` samples of the times to detect per mode, the modes interleaved,
     on a cluster of their own: the faults replace replicas, and a deployment
     whose replicas failed is not one to measure costs on afterwards.
     `save(detect)` after every sample."""
     detect: dict = {}
+    progress.begin("times to detect: starting a cluster")
     with _cluster(tag) as cluster:
-        log.progress(_log, f"bench-health: deploying 2 x {replicas} replicas", started)
+        progress.begin(f"times to detect: deploying 2 x {replicas} replicas")
         cluster.deploy(_config(replicas, "no health checks"), timeout_s=1200)
         for repeat in range(repeats):
             order = ("pull", "push") if repeat % 2 == 0 else ("push", "pull")
             for mode in order:
-                log.progress(
-                    _log,
-                    f"bench-health: {replicas} replicas, repeat {repeat + 1}/{repeats}: "
-                    f"times to detect, {mode}",
-                    started,
+                progress.begin(
+                    f"size {replicas}, repeat {repeat + 1}/{repeats}: times to detect, {mode}",
+                    DETECT_SAMPLE_S,
                 )
                 detect.setdefault(mode, []).append(detection_times(cluster, replicas, mode))
                 save(detect)
@@ -284,28 +309,31 @@ def detect_again(repeats: int = REPEATS) -> dict:
         ) from e
     pin = load_pin()
     patched = images.ensure_node_image(images.ImageSpec(pin.ray.version, "patched"))
-    result["detect"] = measure_detection(
-        patched,
-        replicas,
-        repeats,
-        time.monotonic(),
-        lambda d: _save({**result, "detect": d, "detect_partial": True}),
-    )
+    with Progress("bench-health", detect_planned_s(repeats)) as p:
+        result["detect"] = measure_detection(
+            patched,
+            replicas,
+            repeats,
+            p,
+            lambda d: _save({**result, "detect": d, "detect_partial": True}),
+        )
     _save(result)
     return result
 
 
-def measure_stock(tag: str, replicas: int, window_s: float, started: float) -> dict:
+def measure_stock(tag: str, replicas: int, window_s: float, progress: Progress) -> dict:
     """Stock 2.60.0 probing `replicas` replicas (the pull app alone at the 2 s
     period), against its own no-health window."""
     config = appconfigs.deploy_config(_app("pull", replicas, IDLE_PERIOD_S))
+    progress.begin("stock 2.60.0: starting a cluster")
     with _cluster(tag) as cluster:
-        log.progress(_log, f"bench-health: stock 2.60.0: deploying {replicas} replicas", started)
+        progress.begin(f"stock 2.60.0: deploying {replicas} replicas")
         cluster.deploy(config, timeout_s=1200)
         pid = cluster.controller_pid()
+        progress.begin(f"stock 2.60.0, size {replicas}: no health checks", SETTLE_S + window_s)
         _settle(cluster)
         idle = _window(cluster, pid, window_s)
-        log.progress(_log, f"bench-health: stock 2.60.0: pull, {window_s:.0f}s", started)
+        progress.begin(f"stock 2.60.0, size {replicas}: pull", SETTLE_S + window_s)
         cluster.deploy(appconfigs.deploy_config(_app("pull", replicas, PERIOD_S)), timeout_s=600)
         _settle(cluster)
         pull = _window(cluster, pid, window_s)
@@ -393,21 +421,18 @@ def detection_times(cluster: Cluster, replicas: int, mode: str) -> dict:
     return {"seconds": seconds, "replicas": victims}
 
 
-def measure_ingest(tag: str, window_s: float, started: float) -> dict:
+def measure_ingest(tag: str, window_s: float, progress: Progress) -> dict:
     """The real controller ingesting 8,000 replicas' reports from simulated relays."""
+    progress.begin("ingest: starting a cluster, deploying")
     with _cluster(tag) as cluster:
         cluster.deploy(appconfigs.deploy_config(_app("push", 2, IDLE_PERIOD_S)), timeout_s=600)
         pid = cluster.controller_pid()
+        progress.begin("ingest: controller without reports", SETTLE_S + window_s)
         _settle(cluster)
-        log.progress(
-            _log, f"bench-health: ingest: controller without reports, {window_s:.0f}s", started
-        )
         idle = _window(cluster, pid, window_s)
-        log.progress(
-            _log,
-            f"bench-health: ingest: {INGEST['nodes']} simulated nodes x "
-            f"{INGEST['replicas_per_node']} replicas, {window_s:.0f}s",
-            started,
+        progress.begin(
+            f"ingest: {INGEST['nodes']} simulated nodes x {INGEST['replicas_per_node']} replicas",
+            window_s + 3,
         )
         before = _counters(cluster, pid)
         sent = cluster.exec_head(
@@ -470,31 +495,32 @@ def bench_health(
     pin = load_pin()
     stock = images.ensure_node_image(images.ImageSpec(pin.ray.version, "stock"))
     patched = images.ensure_node_image(images.ImageSpec(pin.ray.version, "patched"))
-    started = time.monotonic()
     middle = sizes[len(sizes) // 2]
-    runs = measure_sizes(patched, sizes, repeats, window_s, started)
-    if cost_only:
-        result = {"runs": runs, "sizes": sizes, "repeats": repeats}
+    with Progress("bench-health", planned_s(sizes, repeats, window_s, cost_only)) as p:
+        runs = measure_sizes(patched, sizes, repeats, window_s, p)
+        if cost_only:
+            result = {"runs": runs, "sizes": sizes, "repeats": repeats}
+            _save(result)
+            return result
+        stock_run = measure_stock(stock, middle, window_s, p)
+        ingest = measure_ingest(patched, INGEST_WINDOW_S, p)
+        p.begin("registry memory at 8000 entries")
+        result = {
+            "runs": runs,
+            "stock": stock_run,
+            "ingest": ingest,
+            "registry_bytes": registry_memory(),
+            "sizes": sizes,
+            "repeats": repeats,
+        }
         _save(result)
-        return result
-    stock_run = measure_stock(stock, middle, window_s, started)
-    ingest = measure_ingest(patched, INGEST_WINDOW_S, started)
-    result = {
-        "runs": runs,
-        "stock": stock_run,
-        "ingest": ingest,
-        "registry_bytes": registry_memory(),
-        "sizes": sizes,
-        "repeats": repeats,
-    }
-    _save(result)
-    result["detect"] = measure_detection(
-        patched,
-        middle,
-        repeats,
-        started,
-        lambda d: _save({**result, "detect": d, "detect_partial": True}),
-    )
+        result["detect"] = measure_detection(
+            patched,
+            middle,
+            repeats,
+            p,
+            lambda d: _save({**result, "detect": d, "detect_partial": True}),
+        )
     _save(result)
     return result
 

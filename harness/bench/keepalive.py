@@ -24,19 +24,20 @@ import statistics
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
-from harness.core import log
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
+from harness.core.progress import Progress
 from harness.experiment.checker import percentile
 from harness.experiment.history import History
 from harness.experiment.load import closed_loop
-
-_log = log.get(__name__)
 
 SETTING = "RAY_SERVE_HAPROXY_CLOSE_AFTER_CHUNKED_RESPONSE"
 CLIENTS = (8, 32)
 KINDS = {"short": ("/", 300), "stream": ("/stream?chunks=2", 20)}  # path, requests per client
 REPEATS = 3  # runs per kind and client count; the table shows their medians
+# For the estimate of the time left only, a guess the pace corrects: one
+# measured closed loop, a kind at a client count.
+LOOP_S = 10.0
 
 
 def _app() -> dict:
@@ -76,7 +77,7 @@ def _median(runs: list[dict]) -> dict:
     }
 
 
-def measure(tag: str, enabled: bool) -> dict:
+def measure(tag: str, enabled: bool, progress: Progress) -> dict:
     config = ClusterConfig(
         image=tag,
         name="rayspot-bench-keepalive",
@@ -85,11 +86,14 @@ def measure(tag: str, enabled: bool) -> dict:
         worker_resources={"w": 10},
     )
     result = {}
+    progress.begin(f"{SETTING}={int(enabled)}: starting a cluster, deploying")
     with Cluster(config) as cluster:
         cluster.deploy(_app())
         for kind, (path, per_client) in KINDS.items():
             for clients in CLIENTS:
-                _log.info("bench-keepalive: %s=%d, %s, %d clients", SETTING, enabled, kind, clients)
+                progress.begin(
+                    f"{SETTING}={int(enabled)}: {kind}, {clients} clients", REPEATS * LOOP_S
+                )
                 # A short warm-up, not measured: the first connections and replicas' caches.
                 asyncio.run(
                     closed_loop(
@@ -117,7 +121,10 @@ def measure(tag: str, enabled: bool) -> dict:
 
 def bench_keepalive() -> dict:
     tag = images.ensure_node_image(images.ImageSpec(load_pin().ray.version, "patched"))
-    result = {"off": measure(tag, False), "on": measure(tag, True)}
+    # The plan: every measured loop of both settings, at LOOP_S each.
+    planned_s = 2 * len(KINDS) * len(CLIENTS) * REPEATS * LOOP_S
+    with Progress("bench-keepalive", planned_s) as progress:
+        result = {"off": measure(tag, False, progress), "on": measure(tag, True, progress)}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench-keepalive.json").write_text(json.dumps(result, indent=1))
     return result

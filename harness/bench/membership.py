@@ -49,6 +49,7 @@ from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
+from harness.core.progress import Progress
 from harness.experiment.checker import percentile
 from harness.experiment.configs import (
     FAST_METRICS,
@@ -62,6 +63,11 @@ _log = log.get(__name__)
 REPLICAS = 2
 SIZES = (16, 64, 256)  # servers in the backend, by-size part
 SIZE_ROUNDS = 10  # rounds (an addition and a removal each) per size
+# For the estimate of the time left only, guesses the pace corrects: a round
+# through the controller (a replica started, routed, and drained away) and a
+# round of the by-size part (a server added and one removed).
+ROUND_S = 10.0
+SIZE_ROUND_S = 5.0
 # Serve's HAProxy manager: from the first coalesced broadcast to the update done.
 UPDATE_LATENCY = "ray_serve_haproxy_update_latency_s"
 
@@ -84,7 +90,7 @@ def _update_latency(cluster: Cluster) -> tuple[float, float]:
     )
 
 
-def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
+def measure(tag: str, label: str, rounds: int, env: dict[str, str], progress: Progress) -> dict:
     config = ClusterConfig(
         image=tag,
         name="rayspot-bench-membership",
@@ -93,9 +99,10 @@ def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
         worker_resources={"w": 10},
         metrics_port=METRICS_PORT,
     )
-    started = time.monotonic()
     samples = []
+    progress.begin(f"{label}: starting a cluster")
     with Cluster(config) as cluster:
+        progress.begin(f"{label}: through the controller, {rounds} rounds", rounds * ROUND_S)
         cluster.deploy(_app())
         time.sleep(3)  # the metrics export catches up with the deploy's updates
         before = _update_latency(cluster)
@@ -107,13 +114,15 @@ def measure(tag: str, label: str, rounds: int, env: dict[str, str]) -> dict:
                     f"bench-membership {label}, round {number + 1}: {sample['error']}"
                 )
             samples.append(sample)
-            log.progress(
-                _log,
-                f"bench-membership {label}: round {number + 1}/{rounds}: replica RUNNING "
-                f"{sample['started_s']:.2f}s after the change, routed "
-                f"{sample['routed_s'] * 1000:+.0f} ms later, "
-                f"{sample['haproxy_processes_started']} HAProxy processes started",
-                started,
+            _log.info(
+                "bench-membership %s: round %d/%d: replica RUNNING %.2fs after the change, "
+                "routed %+.0f ms later, %d HAProxy processes started",
+                label,
+                number + 1,
+                rounds,
+                sample["started_s"],
+                sample["routed_s"] * 1000,
+                sample["haproxy_processes_started"],
             )
         time.sleep(3)
         after = _update_latency(cluster)
@@ -143,27 +152,32 @@ def _configs() -> list[RunConfig]:
     ]
 
 
-def measure_sizes(tag: str, label: str, sizes: list[int], rounds: int, env: dict) -> list[dict]:
+def measure_sizes(
+    tag: str, label: str, sizes: list[int], rounds: int, env: dict, progress: Progress
+) -> list[dict]:
     """The by-size part for one configuration: one head-only cluster, the agent's
     `haproxy-membership` once per size."""
     config = ClusterConfig(image=tag, name="rayspot-bench-membership-sizes", workers=0, env=env)
-    started = time.monotonic()
     rows = []
+    progress.begin(f"{label}: starting a head-only cluster")
     with Cluster(config) as cluster:
         for size in sizes:
+            progress.begin(f"{label}: {size} servers, {rounds} rounds", rounds * SIZE_ROUND_S)
             args = ["haproxy-membership", "--size", str(size), "--rounds", str(rounds)]
             sample = cluster.exec_head(args, check=False)
             if sample.get("error"):
                 raise HarnessError(f"bench-membership {label}, {size} servers: {sample['error']}")
             row = _size_row(label, sample)
             rows.append(row)
-            log.progress(
-                _log,
-                f"bench-membership {label}: {size} servers: update p50 "
-                f"{row['update_p50'] * 1000:.1f} ms, added -> routed p50 "
-                f"{row['routed_p50'] * 1000:.0f} ms, {row['started']} HAProxy processes "
-                f"started, HAProxy RSS {row['rss_mib']:.0f} MiB",
-                started,
+            _log.info(
+                "bench-membership %s: %d servers: update p50 %.1f ms, added -> routed p50 "
+                "%.0f ms, %d HAProxy processes started, HAProxy RSS %.0f MiB",
+                label,
+                size,
+                row["update_p50"] * 1000,
+                row["routed_p50"] * 1000,
+                row["started"],
+                row["rss_mib"],
             )
     return rows
 
@@ -197,12 +211,15 @@ def bench_membership(rounds: int = 20, sizes: list[int] | None = None) -> dict:
     tags = {str(c.image): images.ensure_node_image(c.image) for c in configs}
     # Each configuration: its node image and its nodes' environment.
     runs = [(c.label, tags[str(c.image)], {**MEMBERSHIP_CHURN, **c.env}) for c in configs]
-    churn = [measure(tag, label, rounds, env) for label, tag, env in runs]
-    by_size = [
-        row
-        for label, tag, env in runs
-        for row in measure_sizes(tag, label, sizes, SIZE_ROUNDS, env)
-    ]
+    # The plan: every round of both parts, at the guesses above.
+    planned_s = len(runs) * (rounds * ROUND_S + len(sizes) * SIZE_ROUNDS * SIZE_ROUND_S)
+    with Progress("bench-membership", planned_s) as progress:
+        churn = [measure(tag, label, rounds, env, progress) for label, tag, env in runs]
+        by_size = [
+            row
+            for label, tag, env in runs
+            for row in measure_sizes(tag, label, sizes, SIZE_ROUNDS, env, progress)
+        ]
     result = {"controller": churn, "sizes": by_size}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench-membership.json").write_text(json.dumps(result, indent=1))

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from harness.cluster import appconfigs, images, runs
 from harness.cluster.cluster import Cluster, ClusterConfig
 from harness.core import log, paths
 from harness.core.pin import load_pin
+from harness.core.progress import Progress
 from harness.experiment import checker, report
 from harness.experiment.history import History, clear_histories, history_name
 from harness.experiment.load import LoadSpec, Mix, open_loop
@@ -80,8 +82,15 @@ async def _preempt_on_schedule(
 
 
 def one_run(
-    tag: str, label: str, ladder: Ladder | None, duration_s: float, interval_s: float, rate: float
+    tag: str,
+    label: str,
+    ladder: Ladder | None,
+    duration_s: float,
+    interval_s: float,
+    rate: float,
+    on_load: Callable[[], None] = lambda: None,
 ) -> tuple[History, checker.Verdict]:
+    """One run on a cluster of its own; `on_load()` as the load starts."""
     # Ray's defaults are the comparison, not the claim: `analyze` judges their
     # runs for the report without failing on them, as `make soak` does.
     history = History({"label": label, "claim": ladder is not None})
@@ -108,6 +117,7 @@ def one_run(
                 timeout_s=timeout_s,
             )
             load = asyncio.create_task(open_loop("127.0.0.1", cluster.lb_port, spec, history))
+            on_load()
             preemptions = await _preempt_on_schedule(
                 cluster, history, duration_s, interval_s, started, label
             )
@@ -145,7 +155,6 @@ def soak(
         f"Soak: {runs_each} x {minutes:g} min per configuration, "
         f"a spot notice every {interval_s:g} s"
     )
-    started = time.monotonic()
     clear_histories(RESULTS_DIR)
     # Run number first, so that one number's configurations run side by side;
     # the report lists each configuration's runs together, in `order`.
@@ -154,23 +163,38 @@ def soak(
     def run(index: int, planned: tuple[str, int]) -> tuple[History, checker.Verdict]:
         config, number = planned
         label = f"{config} #{number}"
-        log.progress(
-            _log, f"soak: run {index + 1} of {len(plan)} ({label}, {minutes:g} min)", started
+        what = f"run {index + 1}/{len(plan)} ({label})"
+        # Each run its own key in the soak's progress (made below, before any
+        # run starts): with --parallel the runs report side by side.
+        progress.begin(f"{what}: starting a cluster, deploying", key=label)
+        history, verdict = one_run(
+            tag,
+            label,
+            CONFIGS[config],
+            minutes * 60,
+            interval_s,
+            rate,
+            # The plan is the load's minutes: they start once the apps are up.
+            on_load=lambda: progress.begin(f"{what}: under load", minutes * 60, key=label),
         )
-        history, verdict = one_run(tag, label, CONFIGS[config], minutes * 60, interval_s, rate)
+        progress.end(key=label)
         # What `analyze` needs to lay the runs out as this report does.
         order = list(CONFIGS).index(config) * runs_each + number - 1
         history.meta.update(order=order, title=title)
         history.save(RESULTS_DIR / history_name(label))
         return history, verdict
 
-    done = dict(zip(plan, runs.side_by_side(run, plan, parallel), strict=True))
-    numbers = range(1, runs_each + 1)
-    recorded = {
-        history.meta["label"]: (history, verdict)
-        for history, verdict in (done[(config, n)] for config in CONFIGS for n in numbers)
-    }
-    report.write_report(RESULTS_DIR, title, recorded)
+    # The planned work is every run's minutes of load; the runs side by side
+    # share the wall clock, which the pace sees (docstring of core/progress.py).
+    with Progress("soak", len(plan) * minutes * 60) as progress:
+        done = dict(zip(plan, runs.side_by_side(run, plan, parallel), strict=True))
+        progress.begin("writing the report")
+        numbers = range(1, runs_each + 1)
+        recorded = {
+            history.meta["label"]: (history, verdict)
+            for history, verdict in (done[(config, n)] for config in CONFIGS for n in numbers)
+        }
+        report.write_report(RESULTS_DIR, title, recorded)
     return {config: [done[(config, n)][1] for n in numbers] for config in CONFIGS}
 
 

@@ -26,18 +26,19 @@ import time
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import Cluster, ClusterConfig
-from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
+from harness.core.progress import Progress
 from harness.experiment.checker import percentile
-
-_log = log.get(__name__)
 
 SETTING = "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_COVERS_REQUEST_TIMEOUT"
 MIN_DRAINING_S = 2
 REQUEST_TIMEOUT_S = 30
 ROUNDS = 8
+# For the estimate of the time left only, a guess the pace corrects: a round
+# is a replica drained (MIN_DRAINING_S) and stopped, then one started.
+ROUND_S = 10.0
 STOPPING, STOPPED = "Stopping Replica(", " is stopped."
 _REPLICA = re.compile(r"Replica\(id='([^']+)'")
 
@@ -79,7 +80,7 @@ def stop_durations(lines: list[tuple[float, str]]) -> list[float]:
     return [ended[r] - at for r, at in sorted(began.items(), key=lambda kv: kv[1]) if r in ended]
 
 
-def measure(tag: str, enabled: bool, rounds: int) -> list[float]:
+def measure(tag: str, enabled: bool, rounds: int, progress: Progress) -> list[float]:
     config = ClusterConfig(
         image=tag,
         name="rayspot-bench-stop",
@@ -90,16 +91,16 @@ def measure(tag: str, enabled: bool, rounds: int) -> list[float]:
         },
         worker_resources={"w": 10},
     )
-    started = time.monotonic()
+    setting = f"{SETTING}={int(enabled)}"
+    progress.begin(f"{setting}: starting a cluster, deploying")
     with Cluster(config) as cluster:
         cluster.deploy(_app(2))
         for i in range(rounds):
+            progress.begin(f"{setting}: round {i + 1}/{rounds}", ROUND_S)
             cluster.deploy(_app(1), wait=False)
             _wait_for_replicas(cluster, 1)
             cluster.deploy(_app(2))
-            log.progress(
-                _log, f"bench-stop: {SETTING}={int(enabled)}: round {i + 1}/{rounds}", started
-            )
+        progress.begin(f"{setting}: reading the controller's log")
         durations = stop_durations(cluster.log_lines(cluster.head, [STOPPING, STOPPED]))
     if len(durations) != rounds:
         raise HarnessError(
@@ -111,13 +112,15 @@ def measure(tag: str, enabled: bool, rounds: int) -> list[float]:
 
 def bench_stop(rounds: int = ROUNDS) -> dict:
     tag = images.ensure_node_image(images.ImageSpec(load_pin().ray.version, "patched"))
-    result = {
-        "rounds": rounds,
-        "min_draining_s": MIN_DRAINING_S,
-        "request_timeout_s": REQUEST_TIMEOUT_S,
-        "off": measure(tag, False, rounds),
-        "on": measure(tag, True, rounds),
-    }
+    # The plan: both settings' rounds, at ROUND_S each.
+    with Progress("bench-stop", 2 * rounds * ROUND_S) as progress:
+        result = {
+            "rounds": rounds,
+            "min_draining_s": MIN_DRAINING_S,
+            "request_timeout_s": REQUEST_TIMEOUT_S,
+            "off": measure(tag, False, rounds, progress),
+            "on": measure(tag, True, rounds, progress),
+        }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench-stop.json").write_text(json.dumps(result, indent=1))
     return result

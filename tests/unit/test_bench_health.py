@@ -1,5 +1,13 @@
-"""bench-health attributes the controller's sampled stacks to its health path."""
+"""bench-health attributes the controller's sampled stacks to its health path,
+and its run loop reports its progress."""
 
+import itertools
+from types import SimpleNamespace
+
+import pytest
+from progress_spy import record
+
+from harness.bench import health
 from harness.bench.health import health_samples
 
 LOOP = (
@@ -30,3 +38,85 @@ def test_samples_in_a_health_frame_are_counted_and_the_rest_only_in_the_total():
 def test_a_frame_named_like_a_health_frame_but_not_one_is_not_counted():
     raw = "X.check_health_later (a.py:1) 9\nActorReplicaWrapper.check_health_x (a.py:2) 1"
     assert health_samples(raw) == (0, 10)
+
+
+class FakeCluster:
+    """What the run loops ask of a cluster, answering at once."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def deploy(self, config, timeout_s=None):
+        pass
+
+    def controller_pid(self):
+        return 1
+
+    def exec_head(self, args):
+        return {"calls": 0, "reports": 0}
+
+
+@pytest.fixture
+def no_cluster(monkeypatch, tmp_path):
+    """bench-health with its clusters, waits and measurements replaced."""
+    monkeypatch.setattr(health, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(
+        health, "load_pin", lambda: SimpleNamespace(ray=SimpleNamespace(version="2.60.0"))
+    )
+    monkeypatch.setattr(health.images, "ensure_node_image", lambda spec: "node")
+    monkeypatch.setattr(health, "_cluster", lambda tag: FakeCluster())
+    monkeypatch.setattr(health, "_settle", lambda cluster: None)
+    monkeypatch.setattr(health, "_window", lambda cluster, pid, window_s: {"cpu_s": 0.1})
+    clock = itertools.count(start=1000.0)
+    monkeypatch.setattr(
+        health,
+        "_counters",
+        lambda cluster, pid: {"cpu_s": 0.0, "time": next(clock) * 10, "batches": 0, "reports": 0},
+    )
+    monkeypatch.setattr(health.time, "sleep", lambda s: None)
+    monkeypatch.setattr(health, "registry_memory", lambda: 0)
+    monkeypatch.setattr(
+        health, "detection_times", lambda cluster, replicas, mode: {"seconds": {}, "replicas": {}}
+    )
+    return record(monkeypatch, health)
+
+
+def test_the_run_loop_reports_each_run_and_its_pieces_add_up_to_the_plan(no_cluster, capsys):
+    health.bench_health(sizes=(16, 32), repeats=2, window_s=20.0)
+    (progress,) = no_cluster
+    run_s = health.SETTLE_S + 20.0
+    assert progress.begun[:9] == [
+        ("starting a cluster", 0.0),
+        ("size 16: deploying 2 x 16 replicas", 0.0),
+        ("size 16, repeat 1/2: no health checks", run_s),
+        ("size 16, repeat 1/2: pull", run_s),
+        ("size 16, repeat 1/2: push", run_s),
+        # The modes' order rotates every repeat.
+        ("size 16, repeat 2/2: pull", run_s),
+        ("size 16, repeat 2/2: push", run_s),
+        ("size 16, repeat 2/2: no health checks", run_s),
+        ("size 32: deploying 2 x 32 replicas", 0.0),
+    ]
+    assert progress.begun[-1] == (
+        "size 32, repeat 2/2: times to detect, pull",
+        health.DETECT_SAMPLE_S,
+    )
+    # The time left is estimated from the plan: every piece has its share of it.
+    assert progress.begun_s() == pytest.approx(progress.planned_s)
+    assert progress.planned_s == health.planned_s((16, 32), 2, 20.0)
+    lines = capsys.readouterr().err.splitlines()
+    assert any(
+        line.startswith("bench-health [0s elapsed, ")
+        and line.endswith("] size 16, repeat 1/2: pull")
+        for line in lines
+    )
+    assert lines[-1] == "bench-health: done in 0s"
+
+
+def test_cost_only_plans_only_the_cost_runs(no_cluster):
+    health.bench_health(sizes=(16, 32), repeats=1, window_s=20.0, cost_only=True)
+    (progress,) = no_cluster
+    assert progress.begun_s() == progress.planned_s == 2 * 3 * (health.SETTLE_S + 20.0)

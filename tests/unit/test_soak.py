@@ -1,11 +1,13 @@
 """The soak's bookkeeping with its clusters replaced: which runs go side by
-side, and how their results come back (per configuration, in run order) and
-are saved for `analyze`. No Docker."""
+side, how their results come back (per configuration, in run order) and are
+saved for `analyze`, and the progress it reports. No Docker."""
 
 from __future__ import annotations
 
 import threading
 import time
+
+from progress_spy import record
 
 import harness.bench.soak as soak
 from harness.experiment import checker
@@ -21,7 +23,8 @@ def test_one_numbers_configurations_run_side_by_side_and_report_in_order(monkeyp
     together: list[set[str]] = []
     lock = threading.Lock()
 
-    def one_run(tag, label, ladder, duration_s, interval_s, rate):
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load):
+        on_load()
         with lock:
             running.add(label)
             together.append(set(running))
@@ -53,3 +56,35 @@ def test_one_numbers_configurations_run_side_by_side_and_report_in_order(monkeyp
         f"{defaults} #2",
     ]
     assert (tmp_path / "report.md").exists()
+
+
+def test_each_run_reports_its_start_and_its_load_and_the_plan_is_their_minutes(
+    monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setattr(soak, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: "node:patched")
+    made = record(monkeypatch, soak)
+
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load):
+        on_load()  # the load starts: the run's planned minutes begin
+        history = History({"label": label, "claim": ladder is not None})
+        history.add_request(Request("short", T, T + 0.1, 200, None))
+        return history, checker.check(history)
+
+    monkeypatch.setattr(soak, "one_run", one_run)
+    soak.soak(1, 1.5, parallel=1)
+
+    (progress,) = made
+    ladder, defaults = soak.CONFIGS
+    assert progress.begun == [
+        (f"run 1/2 ({ladder} #1): starting a cluster, deploying", 0.0),
+        (f"run 1/2 ({ladder} #1): under load", 90.0),
+        (f"run 2/2 ({defaults} #1): starting a cluster, deploying", 0.0),
+        (f"run 2/2 ({defaults} #1): under load", 90.0),
+        ("writing the report", 0.0),
+    ]
+    assert progress.begun_s() == progress.planned_s == 2 * 90.0
+    lines = capsys.readouterr().err.splitlines()
+    loading = f"soak [0s elapsed, 0% of plan, about 3m00s left] run 1/2 ({ladder} #1): under load"
+    assert loading in lines
+    assert lines[-1].startswith("soak: done in ")
