@@ -15,14 +15,13 @@ changes health periods, so no replica restarts between modes:
 
 Each size is measured `repeats` times with the modes interleaved (their order
 rotates every repeat). Per run: controller CPU (utime + stime of its process),
-the controller's health path sampled (py-spy on the host samples the thread
-holding the GIL; the share of samples in the probe and receive paths is their
-CPU: at these sizes the whole process's CPU varies more between windows than
-health costs),
-the probes it completed (its `serve_health_check_latency_ms` count), the
-probes a fresh report stood in for, the batches and reports it received (its
-own counters), and its control-loop and
-deployment-state update means. Health's cost is a mode's CPU less the
+the thread CPU of the controller's health functions, counted in the
+controller by cluster/agent/health_cpu (at these sizes the whole process's CPU
+varies more between windows than health costs, and a sampling profiler on this
+2-core machine missed a varying half of the samples), the probes it
+completed (its `serve_health_check_latency_ms` count), the probes a fresh
+report stood in for, the batches and reports it received (its own counters),
+and its control-loop and deployment-state update means. Health's cost is a mode's CPU less the
 no-health run's of the same repeat. A stock 2.60.0 cluster probes the middle
 size once as a cross-check that the patched image's pull is stock's.
 
@@ -44,16 +43,11 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 import tracemalloc
-from pathlib import Path
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
-from harness.core import proc
+from harness.cluster.cluster import HARNESS_MOUNT, METRICS_PORT, Cluster, ClusterConfig, Node
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
@@ -83,16 +77,10 @@ SETTLE_S = 3 * PERIOD_S + 3  # three periods for the cadence to settle, plus the
 # detect is a settle, then three faults, each detected and its replica
 # replaced. The pace corrects it.
 DETECT_SAMPLE_S = 100.0
-# The controller's frames that are health checking, as py-spy names them: the
-# sweep's check of each replica (a probe's submit and result in pull, applying
-# a report in push), what feeds it, and the handler of the relays' batches.
-HEALTH_FRAMES = (
-    "ActorReplicaWrapper.check_health (",
-    "DeploymentState._apply_pushed_health (",
-    "DeploymentState._record_health_check_metrics (",
-    "ServeController.record_replica_health_reports (",
-)
-SAMPLE_RATE = 1000  # samples per second of GIL held
+# The counter of the controller's health-path CPU (cluster/agent/health_cpu):
+# on the nodes' Python path, and where it writes its totals.
+HEALTH_CPU_PATH = f"{HARNESS_MOUNT}/harness/cluster/agent/health_cpu"
+HEALTH_CPU_DIR = "/tmp/rayspot-health-cpu"
 
 
 def _app(name: str, replicas: int, period_s: float) -> dict:
@@ -128,66 +116,44 @@ def _counters(cluster: Cluster, pid: int) -> dict:
     return {"cpu_s": cpu_s, "time": now, **health_counters(cluster.metrics_text())}
 
 
-def _sample(host_pid: int, seconds: float, out: Path) -> proc.Popen:
-    """Start py-spy sampling the process's GIL holder for `seconds`, into `out`
-    (one line per distinct stack: frames joined by ';', then its count)."""
-    return proc.start(
-        [
-            str(Path(sys.executable).parent / "py-spy"),
-            "record",
-            "--pid",
-            str(host_pid),
-            "--duration",
-            str(round(seconds)),
-            "--rate",
-            str(SAMPLE_RATE),
-            "--gil",
-            "--nonblocking",
-            "--format",
-            "raw",
-            "--output",
-            str(out),
-        ],
-        merge_stderr=True,
-        text=True,
-    )
+def _health_cpu(cluster: Cluster, pid: int) -> dict:
+    """The controller's running totals: calls and thread CPU per health function."""
+    path = f"{HEALTH_CPU_DIR}/{pid}.json"
+    code, text = cluster.exec_in(cluster.head, ["cat", path], check=False)
+    if code != 0:
+        raise HarnessError(
+            f"the controller (pid {pid}) wrote no health CPU totals to {path}: was the "
+            f"cluster started with {HEALTH_CPU_PATH} on its PYTHONPATH?"
+        )
+    return json.loads(text)["functions"]
 
 
-def health_samples(raw: str) -> tuple[int, int]:
-    """(samples in a health frame, all samples) of py-spy's raw output."""
-    health = total = 0
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        total += int(count)
-        if any(frame in stack for frame in HEALTH_FRAMES):
-            health += int(count)
-    return health, total
+def health_cpu_between(before: dict, after: dict) -> dict[str, dict[str, float]]:
+    """Calls and CPU seconds per health function between two totals. A function
+    the controller's Ray lacks is in neither."""
+    return {
+        name: {
+            key: after[name][key] - before.get(name, {}).get(key, 0) for key in ("calls", "cpu_s")
+        }
+        for name in after
+    }
 
 
 def _window(cluster: Cluster, pid: int, window_s: float) -> dict:
-    """The controller's counters over `window_s`, per health period, and its
-    health path sampled over the same window."""
-    with tempfile.TemporaryDirectory() as scratch:
-        raw = Path(scratch) / "samples.txt"
-        sampler = _sample(cluster.host_pid(cluster.head, pid), window_s, raw)
-        before = _counters(cluster, pid)
-        time.sleep(window_s)
-        after = _counters(cluster, pid)
-        try:
-            said, _ = sampler.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            sampler.kill()
-            raise HarnessError("py-spy did not finish sampling the controller") from None
-        if sampler.returncode != 0 or not raw.exists():
-            raise HarnessError(f"py-spy could not sample the controller: {said.strip()}")
-        health, gil = health_samples(raw.read_text())
+    """The controller's counters over `window_s`, per health period, and the
+    CPU its health functions took over the same window."""
+    before, cpu_before = _counters(cluster, pid), _health_cpu(cluster, pid)
+    time.sleep(window_s)
+    after, cpu_after = _counters(cluster, pid), _health_cpu(cluster, pid)
     periods = (after["time"] - before["time"]) / PERIOD_S
+    by_function = {
+        name: {key: value / periods for key, value in spent.items()}
+        for name, spent in health_cpu_between(cpu_before, cpu_after).items()
+    }
     loop = cluster.exec_head(["controller-health"])
     return {
-        "sampled_health_s": health / SAMPLE_RATE / periods,
-        "sampled_gil_s": gil / SAMPLE_RATE / periods,
+        "health_path_cpu_s": sum(spent["cpu_s"] for spent in by_function.values()),
+        "health_path": by_function,
         "cpu_s": (after["cpu_s"] - before["cpu_s"]) / periods,
         **{
             key: (after[key] - before[key]) / periods
@@ -210,7 +176,13 @@ def _cluster(tag: str) -> Cluster:
             workers=2,
             # Push health on for the controller and the proxies (they keep the
             # registry and the relays); each app's replicas set their own flag.
-            env={**FAST_METRICS, **PUSH_HEALTH},
+            # The controller counts its health functions' CPU.
+            env={
+                **FAST_METRICS,
+                **PUSH_HEALTH,
+                "PYTHONPATH": f"{HARNESS_MOUNT}:{HEALTH_CPU_PATH}",
+                "RAYSPOT_HEALTH_CPU_DIR": HEALTH_CPU_DIR,
+            },
             worker_resources={"w": 10},
             metrics_port=METRICS_PORT,
         )
@@ -566,26 +538,29 @@ def _range(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
     )
 
 
-def _print_sampled(runs: list[dict], sizes: tuple[int, ...]) -> None:
-    """The health path's own CPU (sampled), push against pull per repeat."""
-    if not all("sampled_health_s" in r for r in runs):
-        return  # a run saved before the health path was sampled
+def _print_health_path(runs: list[dict], sizes: tuple[int, ...]) -> None:
+    """The health functions' own CPU, counted in the controller, push against
+    pull per repeat."""
+    if not all("health_path_cpu_s" in r for r in runs):
+        return  # a run saved before the controller counted it
     print()
     print(
-        "health path sampled (py-spy, GIL held, at "
-        f"{SAMPLE_RATE}/s): CPU-s per period in the probe and receive paths; "
-        "median (min-max)"
+        "health path: thread CPU-s per period of the controller's health functions "
+        "(probe and receive paths, counted in the controller); median (min-max)"
     )
     print()
-    print("| replicas | pull | push | push / pull per repeat | target |")
-    print("|---:|---:|---:|---:|---|")
+    print("| replicas | no health checks | pull | push | push / pull per repeat | target |")
+    print("|---:|---:|---:|---:|---:|---|")
     for replicas in sizes:
-        pull, push = (_per_repeat(runs, replicas, m, "sampled_health_s") for m in ("pull", "push"))
+        idle, pull, push = (
+            _per_repeat(runs, replicas, mode, "health_path_cpu_s") for mode in MODES
+        )
         ratios = _ratios(push, pull)
         verdict = "met" if max(ratios) <= 0.2 else "not met"
         print(
-            f"| {replicas} | {_range(pull, digits=4)} | {_range(push, digits=4)} "
-            f"| {_range(ratios, digits=3)} | at most 0.20: {verdict} |"
+            f"| {replicas} | {_range(idle, digits=5)} | {_range(pull, digits=5)} "
+            f"| {_range(push, digits=5)} | {_range(ratios, digits=3)} "
+            f"| at most 0.20: {verdict} |"
         )
 
 
@@ -627,7 +602,7 @@ def print_health(result: dict) -> None:
             f"| {replicas} | {statistics.median(push) / statistics.median(pull):.2f}; "
             f"{max(ratios):.2f} | at most 0.20 |"
         )
-    _print_sampled(runs, sizes)
+    _print_health_path(runs, sizes)
     if "stock" not in result:
         return  # --cost-only
     print()

@@ -1,4 +1,4 @@
-"""bench-health attributes the controller's sampled stacks to its health path,
+"""bench-health measures the controller's health path from its counted totals,
 and its run loop reports its progress."""
 
 import itertools
@@ -8,36 +8,27 @@ import pytest
 from progress_spy import record
 
 from harness.bench import health
-from harness.bench.health import health_samples
-
-LOOP = (
-    "Thread._bootstrap (threading.py:995);Thread.run (threading.py:975);"
-    "ServeController.run_control_loop (ray/serve/_private/controller.py:716)"
-)
+from harness.bench.health import health_cpu_between
 
 
-def test_samples_in_a_health_frame_are_counted_and_the_rest_only_in_the_total():
-    raw = "\n".join(
-        [
-            f"{LOOP};DeploymentStateManager.update (ray/serve/_private/deployment_state.py:1);"
-            "DeploymentReplica.check_health (ray/serve/_private/deployment_state.py:2);"
-            "ActorReplicaWrapper.check_health (ray/serve/_private/deployment_state.py:3) 40",
-            f"{LOOP};DeploymentStateManager.update (ray/serve/_private/deployment_state.py:1);"
-            "DeploymentState._apply_pushed_health (ray/serve/_private/deployment_state.py:4) 5",
-            "Thread.run (threading.py:975);"
-            "ServeController.record_replica_health_reports (ray/serve/_private/controller.py:9) 7",
-            f"{LOOP};ApplicationStateManager.update (application_state.py:5) 100",
-            # A thread py-spy could not name a frame of, and a blank line.
-            " 3",
-            "",
-        ]
-    )
-    assert health_samples(raw) == (52, 155)
-
-
-def test_a_frame_named_like_a_health_frame_but_not_one_is_not_counted():
-    raw = "X.check_health_later (a.py:1) 9\nActorReplicaWrapper.check_health_x (a.py:2) 1"
-    assert health_samples(raw) == (0, 10)
+def test_the_health_path_is_what_each_function_took_between_two_totals():
+    before = {
+        "ActorReplicaWrapper.check_health": {"calls": 100, "cpu_s": 0.5},
+        "ServeController.record_replica_health_reports": {"calls": 2, "cpu_s": 0.01},
+    }
+    after = {
+        "ActorReplicaWrapper.check_health": {"calls": 160, "cpu_s": 0.8},
+        "ServeController.record_replica_health_reports": {"calls": 2, "cpu_s": 0.01},
+        # First called inside the window: its totals started at zero.
+        "DeploymentState._record_probe_metrics": {"calls": 3, "cpu_s": 0.002},
+    }
+    spent = health_cpu_between(before, after)
+    assert spent["ActorReplicaWrapper.check_health"] == pytest.approx({"calls": 60, "cpu_s": 0.3})
+    assert spent["ServeController.record_replica_health_reports"] == {
+        "calls": 0,
+        "cpu_s": 0.0,
+    }
+    assert spent["DeploymentState._record_probe_metrics"] == {"calls": 3, "cpu_s": 0.002}
 
 
 class FakeCluster:

@@ -1,0 +1,122 @@
+"""The controller's health-path CPU counter (cluster/agent/health_cpu), run as
+bench-health runs it: as the sitecustomize of a fresh Python, with Ray's own
+Serve modules imported after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COUNTER_DIR = Path(__file__).resolve().parents[2] / "harness/cluster/agent/health_cpu"
+
+# Calls one health function 500 times, waits for a write, prints what it found.
+CALLS = """
+import json, os, threading, time
+from types import SimpleNamespace
+import ray.serve._private.deployment_state as ds
+record = ds.DeploymentState._record_health_check_metrics
+checked = SimpleNamespace(last_health_check_latency_ms=None, last_health_check_failed=False)
+for _ in range(500):
+    record(SimpleNamespace(), checked)
+time.sleep(0.6)
+out = os.path.join(os.environ.get("RAYSPOT_HEALTH_CPU_DIR", "/nonexistent"), f"{os.getpid()}.json")
+print(json.dumps({
+    "wrapped": hasattr(record, "__wrapped__"),
+    "threads": [t.name for t in threading.enumerate()],
+    "totals": json.load(open(out)) if os.path.exists(out) else None,
+}))
+"""
+
+
+def run(code: str, counter_dir: Path | None) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(COUNTER_DIR)}
+    env.pop("RAYSPOT_HEALTH_CPU_DIR", None)
+    if counter_dir is not None:
+        env["RAYSPOT_HEALTH_CPU_DIR"] = str(counter_dir)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_counts_every_call_of_a_health_function_and_its_cpu(tmp_path: Path):
+    found = run(CALLS, tmp_path)
+    assert found["wrapped"]
+    functions = found["totals"]["functions"]
+    counted = functions["DeploymentState._record_health_check_metrics"]
+    assert counted["calls"] == 500 and counted["cpu_s"] > 0
+    # What was not called is there with nothing counted.
+    assert functions["ActorReplicaWrapper.check_health"] == {"calls": 0, "cpu_s": 0.0}
+    assert "ServeController.record_replica_health_reports" not in functions  # not imported
+
+
+def test_does_nothing_unless_asked(tmp_path: Path):
+    found = run(CALLS, None)
+    assert not found["wrapped"]
+    assert found["totals"] is None
+    assert "health-cpu" not in found["threads"]
+
+
+def test_a_process_without_serve_gets_no_writer(tmp_path: Path):
+    found = run(
+        "import json, threading; print(json.dumps({'threads': "
+        "[t.name for t in threading.enumerate()]}))",
+        tmp_path,
+    )
+    assert found["threads"] == ["MainThread"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def counter(monkeypatch):
+    """The counter module itself, loaded under another name (importing it as
+    `sitecustomize` would replace this process's own)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "health_cpu_counter", COUNTER_DIR / "sitecustomize.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.delenv("RAYSPOT_HEALTH_CPU_DIR", raising=False)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_function_this_ray_lacks_is_skipped(counter):
+    import types
+
+    class DeploymentState:
+        def _apply_pushed_health(self):
+            return "applied"
+
+    module = types.ModuleType("fake_deployment_state")
+    module.DeploymentState = DeploymentState
+    wrapped = counter.wrap(
+        module, ("DeploymentState._apply_pushed_health", "DeploymentState._record_probe_metrics")
+    )
+    assert wrapped == ["DeploymentState._apply_pushed_health"]
+    assert DeploymentState()._apply_pushed_health() == "applied"
+    assert counter.snapshot()["functions"] == {
+        "DeploymentState._apply_pushed_health": {"calls": 1, "cpu_s": pytest.approx(0, abs=0.01)}
+    }
+
+
+def test_a_function_that_raises_is_still_counted(counter):
+    import types
+
+    class ActorReplicaWrapper:
+        def check_health(self):
+            raise RuntimeError("probe failed")
+
+    module = types.ModuleType("fake")
+    module.ActorReplicaWrapper = ActorReplicaWrapper
+    counter.wrap(module, ("ActorReplicaWrapper.check_health",))
+    with pytest.raises(RuntimeError):
+        ActorReplicaWrapper().check_health()
+    assert counter.snapshot()["functions"]["ActorReplicaWrapper.check_health"]["calls"] == 1
