@@ -167,17 +167,20 @@ def soak(
         # Each run its own key in the soak's progress (made below, before any
         # run starts): with --parallel the runs report side by side.
         progress.begin(f"{what}: starting a cluster, deploying", key=label)
-        history, verdict = one_run(
-            tag,
-            label,
-            CONFIGS[config],
-            minutes * 60,
-            interval_s,
-            rate,
-            # The plan is the load's minutes: they start once the apps are up.
-            on_load=lambda: progress.begin(f"{what}: under load", minutes * 60, key=label),
-        )
-        progress.end(key=label)
+        try:
+            history, verdict = one_run(
+                tag,
+                label,
+                CONFIGS[config],
+                minutes * 60,
+                interval_s,
+                rate,
+                # The plan is the load's minutes: they start once the apps are up.
+                on_load=lambda: progress.begin(f"{what}: under load", minutes * 60, key=label),
+            )
+        finally:
+            # A run that failed is not running either (--parallel: the others go on).
+            progress.end(key=label)
         # What `analyze` needs to lay the runs out as this report does.
         order = list(CONFIGS).index(config) * runs_each + number - 1
         history.meta.update(order=order, title=title)

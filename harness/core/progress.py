@@ -21,14 +21,16 @@ running.
 
 The lines go through harness.core.log, so -q silences them and pytest sees
 them: a line whenever a piece begins; when stderr is a terminal, a live line
-under the others, redrawn every second; when it is not (CI's log), the same
-line again once `every_s` has passed with nothing printed, so the log shows
-the run is alive without a line a second; and a last line when the run ends,
-with how long it took or where it stopped.
+under the others (in the with), redrawn every second and under each log line
+as it is written; when it is not (CI's log), the same line again once
+`every_s` has passed with nothing printed, so the log shows the run is alive
+without a line a second; and a last line when the run ends, with how long it
+took or where it stopped.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -89,11 +91,13 @@ class Progress:
         self._printed = self._started  # when a line was last printed
         self._live = False  # the live line is on the terminal now
         self._closed = False
-        # Re-entrant: a line printed under the lock passes through _ClearLive.
+        # Re-entrant: a line printed under the lock passes through _handle.
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
-        self._filter = _ClearLive(self)
+        # The harness's handlers whose handle() is _handle while in the with,
+        # each with its own handle() (if it had one) to put back.
+        self._hooked: list[tuple[logging.Handler, Callable | None]] = []
 
     # What the run says.
 
@@ -125,7 +129,8 @@ class Progress:
             if self._closed:
                 return
             if self.tty:
-                self._draw()
+                if self._hooked:  # the live line is kept only in the with
+                    self._draw()
             elif self._clock() - self._printed >= self.every_s:
                 self._print(self.line())
 
@@ -149,26 +154,29 @@ class Progress:
 
     def done_s(self) -> float:
         """Planned seconds done by now."""
-        return self._done_s(self._clock())
+        with self._lock:
+            return self._done_s(self._clock())
 
     def left_s(self) -> float:
         """The estimate of the time left (the module's docstring says how)."""
-        return self._left_s(self._clock())
+        with self._lock:
+            return self._left_s(self._clock())
 
     def line(self, what: str | None = None) -> str:
         """`title [elapsed, share of the plan done, time left] what`; `what`
         defaults to every piece running. The figures come first: a live line
         too wide for the terminal loses the end of `what`, not them."""
-        now = self._clock()
-        done = self._done_s(now)
-        share = min(1.0, done / self.planned_s) if self.planned_s > 0 else 1.0
-        left = self._left_s(now)
-        # The plan is spent and something still runs: no figure to give.
-        estimate = f"about {duration(left)} left" if left > 0 else "finishing"
-        return (
-            f"{self.title} [{duration(now - self._started)} elapsed, {share:.0%} of plan, "
-            f"{estimate}] {what or self._what(now)}"
-        )
+        with self._lock:
+            now = self._clock()
+            done = self._done_s(now)
+            share = min(1.0, done / self.planned_s) if self.planned_s > 0 else 1.0
+            left = self._left_s(now)
+            # The plan is spent and something still runs: no figure to give.
+            estimate = f"about {duration(left)} left" if left > 0 else "finishing"
+            return (
+                f"{self.title} [{duration(now - self._started)} elapsed, {share:.0%} of plan, "
+                f"{estimate}] {what or self._what(now)}"
+            )
 
     # With: the live line (or the due lines) kept up by a thread of its own,
     # since the run blocks for minutes at a time (a window, a deploy).
@@ -176,18 +184,29 @@ class Progress:
     def __enter__(self) -> Progress:
         if self.tty:
             for handler in logging.getLogger(log.ROOT_LOGGER).handlers:
-                handler.addFilter(self._filter)
+                # On the instance, over its class's handle(), until __exit__.
+                self._hooked.append((handler, vars(handler).get("handle")))
+                handler.handle = functools.partial(self._handle, handler.handle)  # type: ignore[method-assign]
         self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
         self._ticker.start()
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
-        self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join()
-        self.close(error)
-        for handler in logging.getLogger(log.ROOT_LOGGER).handlers:
-            handler.removeFilter(self._filter)
+        try:
+            self._stop.set()
+            if self._ticker is not None:
+                self._ticker.join()  # a second Ctrl-C may land here ...
+        finally:
+            try:
+                self.close(error)  # ... and the last line is printed all the same
+            finally:
+                # Even if close() raised: the handlers are the harness's, not the run's.
+                for handler, own in self._hooked:
+                    if own is None:
+                        del handler.handle
+                    else:
+                        handler.handle = own  # type: ignore[method-assign]
+                self._hooked.clear()
 
     # Inside.
 
@@ -221,13 +240,26 @@ class Progress:
         return "; ".join(texts) or self._last_text
 
     def _print(self, text: str) -> None:
-        # Through the harness's logger, the live line cleared first and
-        # drawn again under it.
-        self.clear()
+        # Through the harness's logger: on a terminal, through _handle.
         _log.info("%s", text)
         self._printed = self._clock()
-        if self.tty and not self._closed:
-            self._draw()
+
+    def _handle(
+        self, handle: Callable[[logging.LogRecord], bool], record: logging.LogRecord
+    ) -> bool:
+        """A log line (any logger under `harness`, this one's too) while the
+        live line is up: cleared, written and the live line drawn again under
+        it, in one step under the lock, so the ticker cannot redraw in between
+        and leave the log line at the end of the live line."""
+        with self._lock:
+            if self._live:
+                sys.stderr.write(_CLEAR)
+                self._live = False
+            try:
+                return handle(record)
+            finally:
+                if not self._closed:
+                    self._draw()
 
     def _draw(self) -> None:
         if not _log.isEnabledFor(logging.INFO):
@@ -237,13 +269,6 @@ class Progress:
         sys.stderr.flush()
         self._live = True
 
-    def clear(self) -> None:
-        """Take the live line off the terminal, so a log line can take its place."""
-        with self._lock:
-            if self._live:
-                sys.stderr.write(_CLEAR)
-                self._live = False
-
 
 def _columns() -> int:
     """The terminal's width (80 when stderr has none to tell)."""
@@ -251,17 +276,3 @@ def _columns() -> int:
         return os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError):
         return 80
-
-
-class _ClearLive(logging.Filter):
-    """On the harness's stderr handler while a live line is up: clears it
-    before any log line is written, so the line does not land at the end of
-    the live line; the next redraw puts the live line back under it."""
-
-    def __init__(self, progress: Progress) -> None:
-        super().__init__()
-        self.progress = progress
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.progress.clear()
-        return True

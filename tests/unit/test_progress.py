@@ -5,6 +5,10 @@ last line when the run ends."""
 
 from __future__ import annotations
 
+import logging
+import sys
+import threading
+
 import pytest
 
 from harness.core import log, progress
@@ -177,6 +181,7 @@ def test_on_a_terminal_a_live_line_under_the_others_cut_to_its_width(clock, caps
         "soak [0s elapsed, 0% of plan, about 20m00s left] run 1/2 (s",
         "soak [5s elapsed, 0% of plan, about 19m55s left] run 1/2 (s",  # redrawn
         "soak: spot notice for worker-1 at +5s\n",  # cleared first, so on a line of its own
+        "soak [5s elapsed, 0% of plan, about 19m55s left] run 1/2 (s",  # and back under it
         "soak [6s elapsed, 0% of plan, about 19m54s left] run 1/2 (s",
         "soak: done in 1m46s\n",  # the live line cleared, not drawn again
     ]
@@ -194,3 +199,105 @@ def test_quiet_prints_no_progress_live_or_not(clock, capsys):
         p.tick()
         p.close()
     assert capsys.readouterr().err == ""
+
+
+def test_a_log_line_is_cleared_and_written_in_one_step_the_ticker_waits(clock, capsys):
+    """The ticker redrawing between the clearing and the writing would leave
+    the log line at the end of the live line: here it tries to, from inside
+    the writing (the message is formatted there), and must wait."""
+    other = log.get("harness.cluster.test")
+    ticks: list[threading.Thread] = []
+
+    class TickWhileWritten:
+        def __str__(self) -> str:
+            ticks.append(threading.Thread(target=p.tick))
+            ticks[0].start()
+            ticks[0].join(0.2)  # done at once unless the write holds the lock
+            return "spot notice"
+
+    with Progress("soak", 100, tty=True, clock=clock) as p:
+        p.begin("run 1/1", 100)
+        other.info("soak: %s", TickWhileWritten())
+        ticks[0].join()
+    writes = capsys.readouterr().err.split(CLEAR)
+    assert "soak: spot notice\n" in writes  # on a line of its own
+    live = "soak [0s elapsed, 0% of plan, about 1m40s left] run 1/1 (0s of 1m40s)"
+    assert writes.count(live) == 3  # under the phase line, under the notice, the tick
+
+
+def test_runs_in_threads_of_their_own_report_side_by_side(clock):
+    """Two runs, each its own key, begin, end and tick at once while a third
+    thread reads: the sums hold and nothing trips over the other threads."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as can be, to meet a race
+    log.set_verbosity(-1)  # the lines are built but not printed
+    p = Progress("soak", 1.0, tty=False, clock=clock, every_s=0)
+    rounds = 3000
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def run(key: str) -> None:
+        try:
+            for n in range(rounds):
+                p.begin(f"{key} {n}", 1.0, key=key)
+                p.tick()
+                p.end(key=key)
+        except BaseException as error:
+            errors.append(error)
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                p.line(), p.done_s(), p.left_s()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(key,)) for key in ("a", "b")]
+    reader = threading.Thread(target=read)
+    try:
+        for thread in [*threads, reader]:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        stop.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert p.done_s() == 2 * rounds * 1.0
+
+
+def hooked() -> list[logging.Handler]:
+    """The harness's handlers that a Progress still has a hand in."""
+    return [h for h in logging.getLogger(log.ROOT_LOGGER).handlers if "handle" in vars(h)]
+
+
+def test_a_second_ctrl_c_while_the_ticker_stops_still_gets_the_last_line(clock, capsys):
+    def interrupted(timeout=None):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with Progress("soak", 100, tty=True, clock=clock) as p:
+            p.begin("run 1/1", 100)
+            p._ticker.join = interrupted  # the second Ctrl-C, while the ticker is joined
+            raise KeyboardInterrupt
+    assert capsys.readouterr().err.endswith(
+        "soak: stopped after 0s (KeyboardInterrupt), during run 1/1 (0s of 1m40s)\n"
+    )
+    assert hooked() == []
+    log.get("harness.cluster.test").info("after")
+    assert capsys.readouterr().err == "after\n"  # no live line cleared
+
+
+def test_a_last_line_that_cannot_be_written_leaves_the_handlers_as_they_were(clock, capsys):
+    def broken(error=None):
+        raise OSError("stderr is gone")
+
+    with pytest.raises(OSError, match="stderr is gone"):
+        with Progress("soak", 100, tty=True, clock=clock) as p:
+            p.begin("run 1/1", 100)
+            p.close = broken
+    assert hooked() == []
+    capsys.readouterr()
+    log.get("harness.cluster.test").info("after")
+    assert capsys.readouterr().err == "after\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from progress_spy import record
 
 import harness.bench.soak as soak
@@ -88,3 +89,34 @@ def test_each_run_reports_its_start_and_its_load_and_the_plan_is_their_minutes(
     loading = f"soak [0s elapsed, 0% of plan, about 3m00s left] run 1/2 ({ladder} #1): under load"
     assert loading in lines
     assert lines[-1].startswith("soak: done in ")
+
+
+def test_a_run_that_fails_leaves_the_line_while_the_others_go_on(monkeypatch, tmp_path):
+    """--parallel: the failed run's piece ends with it, so the line shows only
+    the run still going (not a run that stopped as if it were running)."""
+    monkeypatch.setattr(soak, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: "node:patched")
+    made = record(monkeypatch, soak)
+    ladder, defaults = soak.CONFIGS
+    seen: list[str] = []
+
+    def one_run(tag, label, ladder_, duration_s, interval_s, rate, on_load):
+        on_load()
+        if label == f"{ladder} #1":
+            raise RuntimeError("the cluster did not start")
+        # The other run, still under load, reads the line until the failed
+        # run is gone from it (or a while has passed).
+        deadline = time.monotonic() + 2.0
+        while f"{ladder} #1" in made[0].line() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(made[0].line())
+        history = History({"label": label, "claim": ladder_ is not None})
+        history.add_request(Request("short", T, T + 0.1, 200, None))
+        return history, checker.check(history)
+
+    monkeypatch.setattr(soak, "one_run", one_run)
+    with pytest.raises(RuntimeError, match="did not start"):
+        soak.soak(1, 1.0, parallel=2)
+    (line,) = seen
+    assert f"run 2/2 ({defaults} #1): under load" in line
+    assert f"{ladder} #1" not in line
