@@ -10,25 +10,38 @@ from progress_spy import record
 from harness.bench import health
 from harness.bench.health import health_cpu_between
 
+CHECK = "ActorReplicaWrapper.check_health"
+RECEIVE = "ServeController.record_replica_health_reports"
+PROBE_METRICS = "DeploymentState._record_probe_metrics"
+
 
 def test_the_health_path_is_what_each_function_took_between_two_totals():
     before = {
-        "ActorReplicaWrapper.check_health": {"calls": 100, "cpu_s": 0.5},
-        "ServeController.record_replica_health_reports": {"calls": 2, "cpu_s": 0.01},
+        CHECK: {"pull": {"calls": 100, "cpu_s": 0.5}, "push": {"calls": 90, "cpu_s": 0.1}},
+        RECEIVE: {"-": {"calls": 2, "cpu_s": 0.01}},
     }
     after = {
-        "ActorReplicaWrapper.check_health": {"calls": 160, "cpu_s": 0.8},
-        "ServeController.record_replica_health_reports": {"calls": 2, "cpu_s": 0.01},
+        CHECK: {"pull": {"calls": 160, "cpu_s": 0.8}, "push": {"calls": 90, "cpu_s": 0.1}},
+        RECEIVE: {"-": {"calls": 2, "cpu_s": 0.01}},
         # First called inside the window: its totals started at zero.
-        "DeploymentState._record_probe_metrics": {"calls": 3, "cpu_s": 0.002},
+        PROBE_METRICS: {"push": {"calls": 3, "cpu_s": 0.002}},
     }
     spent = health_cpu_between(before, after)
-    assert spent["ActorReplicaWrapper.check_health"] == pytest.approx({"calls": 60, "cpu_s": 0.3})
-    assert spent["ServeController.record_replica_health_reports"] == {
-        "calls": 0,
-        "cpu_s": 0.0,
+    assert spent[CHECK]["pull"] == pytest.approx({"calls": 60, "cpu_s": 0.3})
+    assert spent[CHECK]["push"] == {"calls": 0, "cpu_s": 0.0}
+    assert spent[RECEIVE]["-"] == {"calls": 0, "cpu_s": 0.0}
+    assert spent[PROBE_METRICS]["push"] == {"calls": 3, "cpu_s": 0.002}
+
+
+def test_a_mode_counts_its_own_app_and_the_batches_handler_not_the_idle_app():
+    path = {
+        CHECK: {"pull": {"calls": 60, "cpu_s": 0.004}, "push": {"calls": 20, "cpu_s": 0.0003}},
+        PROBE_METRICS: {"pull": {"calls": 19, "cpu_s": 0.0001}},
+        RECEIVE: {"-": {"calls": 2, "cpu_s": 0.0002}},
     }
-    assert spent["DeploymentState._record_probe_metrics"] == {"calls": 3, "cpu_s": 0.002}
+    assert health.mode_cpu_s(path, "pull") == pytest.approx(0.0043)
+    assert health.mode_cpu_s(path, "push") == pytest.approx(0.0005)
+    assert health.mode_cpu_s(path, "no health checks") == pytest.approx(0.0046)
 
 
 class FakeCluster:
@@ -60,7 +73,7 @@ def no_cluster(monkeypatch, tmp_path):
     monkeypatch.setattr(health.images, "ensure_node_image", lambda spec: "node")
     monkeypatch.setattr(health, "_cluster", lambda tag: FakeCluster())
     monkeypatch.setattr(health, "_settle", lambda cluster: None)
-    monkeypatch.setattr(health, "_window", lambda cluster, pid, window_s: {"cpu_s": 0.1})
+    monkeypatch.setattr(health, "_window", lambda cluster, pid, window_s, mode: {"cpu_s": 0.1})
     clock = itertools.count(start=1000.0)
     monkeypatch.setattr(
         health,

@@ -21,8 +21,8 @@ from types import SimpleNamespace
 import ray.serve._private.deployment_state as ds
 record = ds.DeploymentState._record_health_check_metrics
 checked = SimpleNamespace(last_health_check_latency_ms=None, last_health_check_failed=False)
-for _ in range(500):
-    record(SimpleNamespace(), checked)
+for app in ["a"] * 500 + ["b"] * 20:
+    record(SimpleNamespace(_id=SimpleNamespace(app_name=app)), checked)
 time.sleep(0.6)
 out = os.path.join(os.environ.get("RAYSPOT_HEALTH_CPU_DIR", "/nonexistent"), f"{os.getpid()}.json")
 print(json.dumps({
@@ -49,11 +49,11 @@ def test_counts_every_call_of_a_health_function_and_its_cpu(tmp_path: Path):
     found = run(CALLS, tmp_path)
     assert found["wrapped"]
     functions = found["totals"]["functions"]
-    counted = functions["DeploymentState._record_health_check_metrics"]
-    assert counted["calls"] == 500 and counted["cpu_s"] > 0
-    # What was not called is there with nothing counted.
-    assert functions["ActorReplicaWrapper.check_health"] == {"calls": 0, "cpu_s": 0.0}
-    assert "ServeController.record_replica_health_reports" not in functions  # not imported
+    # Per application of the deployment it ran for.
+    by_app = functions["DeploymentState._record_health_check_metrics"]
+    assert by_app["a"]["calls"] == 500 and by_app["a"]["cpu_s"] > 0
+    assert by_app["b"]["calls"] == 20
+    assert set(functions) == {"DeploymentState._record_health_check_metrics"}
 
 
 def test_does_nothing_unless_asked(tmp_path: Path):
@@ -103,7 +103,9 @@ def test_a_function_this_ray_lacks_is_skipped(counter):
     assert wrapped == ["DeploymentState._apply_pushed_health"]
     assert DeploymentState()._apply_pushed_health() == "applied"
     assert counter.snapshot()["functions"] == {
-        "DeploymentState._apply_pushed_health": {"calls": 1, "cpu_s": pytest.approx(0, abs=0.01)}
+        "DeploymentState._apply_pushed_health": {
+            "-": {"calls": 1, "cpu_s": pytest.approx(0, abs=0.01)}
+        }
     }
 
 
@@ -119,4 +121,14 @@ def test_a_function_that_raises_is_still_counted(counter):
     counter.wrap(module, ("ActorReplicaWrapper.check_health",))
     with pytest.raises(RuntimeError):
         ActorReplicaWrapper().check_health()
-    assert counter.snapshot()["functions"]["ActorReplicaWrapper.check_health"]["calls"] == 1
+    assert counter.snapshot()["functions"]["ActorReplicaWrapper.check_health"]["-"]["calls"] == 1
+
+
+def test_a_replica_or_deployment_is_counted_under_its_application(counter):
+    from types import SimpleNamespace
+
+    deployment = SimpleNamespace(app_name="shop")
+    assert counter.application_of(SimpleNamespace(_id=deployment)) == "shop"
+    replica = SimpleNamespace(_replica_id=SimpleNamespace(deployment_id=deployment))
+    assert counter.application_of(replica) == "shop"
+    assert counter.application_of(object()) == "-"

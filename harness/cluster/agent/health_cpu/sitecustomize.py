@@ -6,7 +6,10 @@ one of Serve's modules below (the controller's).
 
 Each function in HEALTH_FUNCTIONS is wrapped to add its calls and the CPU time
 of the calling thread (time.thread_time_ns: time spent waiting, for the GIL or
-anything else, is not counted) to running totals. A daemon thread writes the
+anything else, is not counted) to running totals, kept per Serve application
+(of the replica or deployment it works on; "-" for the controller's handler of
+batches, which carries every application's reports), so that a bench running
+two applications can tell one's cost from the other's. A daemon thread writes the
 totals to RAYSPOT_HEALTH_CPU_DIR/<pid>.json every WRITE_INTERVAL_S, replacing
 the file whole, so a reader always sees one complete snapshot. Unlike a
 sampling profiler it misses nothing when the machine is busy; like one, it does
@@ -45,22 +48,31 @@ HEALTH_FUNCTIONS = {
 }
 
 _lock = threading.Lock()
-# "Class.method" -> [calls, thread CPU ns]
-_totals: dict[str, list[int]] = {}
+# ("Class.method", application) -> [calls, thread CPU ns]
+_totals: dict[tuple[str, str], list[int]] = {}
 _writer: threading.Thread | None = None
 
 
-def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    totals = _totals.setdefault(name, [0, 0])
+def application_of(obj: Any) -> str:
+    """The Serve application of a replica's wrapper (its `_replica_id`) or of a
+    deployment's state (its `_id`); "-" for anything else."""
+    replica_id = getattr(obj, "_replica_id", None)
+    deployment_id = getattr(replica_id, "deployment_id", None) or getattr(obj, "_id", None)
+    return str(getattr(deployment_id, "app_name", "-"))
 
+
+def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.thread_time_ns()
         try:
-            return function(*args, **kwargs)
+            return function(self, *args, **kwargs)
         finally:
             spent = time.thread_time_ns() - start
+            # Outside the measured span: what it costs is not the function's.
+            key = (name, application_of(self))
             with _lock:
+                totals = _totals.setdefault(key, [0, 0])
                 totals[0] += 1
                 totals[1] += spent
 
@@ -81,10 +93,11 @@ def wrap(module: ModuleType, names: tuple[str, ...]) -> list[str]:
 
 
 def snapshot() -> dict:
+    """The totals as "Class.method" -> application -> calls and CPU seconds."""
+    functions: dict[str, dict[str, dict[str, float]]] = {}
     with _lock:
-        functions = {
-            name: {"calls": calls, "cpu_s": ns / 1e9} for name, (calls, ns) in _totals.items()
-        }
+        for (name, application), (calls, ns) in _totals.items():
+            functions.setdefault(name, {})[application] = {"calls": calls, "cpu_s": ns / 1e9}
     return {"pid": os.getpid(), "written_at": time.time(), "functions": functions}
 
 
