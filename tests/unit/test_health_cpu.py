@@ -132,3 +132,81 @@ def test_a_replica_or_deployment_is_counted_under_its_application(counter):
     replica = SimpleNamespace(_replica_id=SimpleNamespace(deployment_id=deployment))
     assert counter.application_of(replica) == "shop"
     assert counter.application_of(object()) == "-"
+
+
+def test_counts_thread_cpu_not_time_asleep(counter):
+    import time
+    import types
+
+    class ActorReplicaWrapper:
+        def check_health(self, burn_s: float, sleep_s: float) -> None:
+            end = time.thread_time() + burn_s
+            while time.thread_time() < end:
+                pass
+            time.sleep(sleep_s)
+
+    module = types.ModuleType("fake")
+    module.ActorReplicaWrapper = ActorReplicaWrapper
+    counter.wrap(module, ("ActorReplicaWrapper.check_health",))
+    ActorReplicaWrapper().check_health(0.05, 0.2)
+    cpu_s = counter.snapshot()["functions"]["ActorReplicaWrapper.check_health"]["-"]["cpu_s"]
+    assert 0.05 <= cpu_s < 0.1
+
+
+def test_a_counted_call_inside_another_is_reported(counter):
+    import types
+
+    class DeploymentState:
+        def outer(self):
+            return self.inner()
+
+        def inner(self):
+            return 1
+
+    module = types.ModuleType("fake")
+    module.DeploymentState = DeploymentState
+    counter.wrap(module, ("DeploymentState.outer", "DeploymentState.inner"))
+    DeploymentState().inner()
+    assert counter.snapshot()["nested_calls"] == 0
+    DeploymentState().outer()
+    assert counter.snapshot()["nested_calls"] == 1
+
+
+def test_a_coroutine_is_not_wrapped(counter):
+    import types
+
+    class ServeController:
+        async def record_replica_health_reports(self):
+            return None
+
+    module = types.ModuleType("fake")
+    module.ServeController = ServeController
+    assert counter.wrap(module, ("ServeController.record_replica_health_reports",)) == []
+
+
+def test_decoding_is_counted_only_for_a_batch_of_health_reports(counter):
+    class ReplicaHealthReport:
+        pass
+
+    assert counter.carries_health_reports(None, [[ReplicaHealthReport()], [], "node", 1.0]) == "-"
+    assert counter.carries_health_reports(None, [[], [], "node", 1.0]) is None
+    assert counter.carries_health_reports(None, [["x"], {"a": 1}]) is None
+    assert counter.carries_health_reports(None, None) is None
+
+
+def test_the_wrappers_cost_per_call_is_measured(counter):
+    overhead_ns = counter.calibrate()
+    # Two clock reads and a call: well under 100 microseconds, above nothing.
+    assert 0 < overhead_ns < 100_000
+
+
+def test_a_serve_process_that_runs_no_health_function_writes_nothing(tmp_path: Path):
+    # Replicas and proxies import the controller's modules too.
+    found = run(
+        "import json, threading\n"
+        "import ray.serve._private.replica, ray.serve._private.proxy\n"
+        "print(json.dumps({'threads': [t.name for t in threading.enumerate()]}))",
+        tmp_path,
+    )
+    assert "health-cpu" not in found["threads"]
+    assert list(tmp_path.iterdir()) == []

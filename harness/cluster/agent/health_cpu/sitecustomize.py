@@ -1,20 +1,25 @@
 """Counts the CPU the Serve controller spends in its health-check functions,
 for bench-health, which puts this folder on its nodes' PYTHONPATH; Python then
 imports this file as every process on those nodes starts. It does nothing
-unless RAYSPOT_HEALTH_CPU_DIR is set, and then only in a process that imports
-one of Serve's modules below (the controller's).
+unless RAYSPOT_HEALTH_CPU_DIR is set.
 
 Each function in HEALTH_FUNCTIONS is wrapped to add its calls and the CPU time
 of the calling thread (time.thread_time_ns: time spent waiting, for the GIL or
 anything else, is not counted) to running totals, kept per Serve application
-(of the replica or deployment it works on; "-" for the controller's handler of
-batches, which carries every application's reports), so that a bench running
-two applications can tell one's cost from the other's. A daemon thread writes the
-totals to RAYSPOT_HEALTH_CPU_DIR/<pid>.json every WRITE_INTERVAL_S, replacing
-the file whole, so a reader always sees one complete snapshot. Unlike a
-sampling profiler it misses nothing when the machine is busy; like one, it does
-not see the core worker's C++ threads, which send each probe and receive each
-call. A function a Ray version lacks (stock has no pushed health) is skipped.
+(of the replica or deployment it works on; "-" for a relay's batch, which
+carries every application's reports), so that a bench running two
+applications can tell one's cost from the other's. A batch's cost is the
+controller's handler and Ray's decoding of its arguments; a probe's is the
+sweep's check, which sends it and decodes its reply. What the wrapper adds to
+each call is measured once (`overhead_s_per_call`) for the reader to subtract.
+
+The first counted call (only the controller makes one: every Serve process
+imports the modules) starts a daemon thread that writes the totals to
+RAYSPOT_HEALTH_CPU_DIR/<pid>.json every WRITE_INTERVAL_S, replacing the file
+whole, so a reader always sees one complete snapshot. Not counted: the core
+worker's C++ threads (which send each probe, receive its reply and each
+batch), and Ray's dispatch of a call around the method. A function a Ray
+version lacks (stock has no pushed health) is skipped.
 
 This file shadows Debian's sitecustomize, which only installs apport's crash
 hook for the system Python.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
+import inspect
 import json
 import os
 import sys
@@ -35,8 +41,8 @@ from typing import Any
 
 DIR_ENV = "RAYSPOT_HEALTH_CPU_DIR"
 WRITE_INTERVAL_S = 0.2
-# Serve's module -> its health-check functions, as Class.method. None calls
-# another, so no CPU is counted twice.
+# Module -> its health-check functions, as Class.method. None calls another
+# (a nested counted call is counted in `nested_calls`, which must stay 0).
 HEALTH_FUNCTIONS = {
     "ray.serve._private.deployment_state": (
         "ActorReplicaWrapper.check_health",
@@ -45,15 +51,24 @@ HEALTH_FUNCTIONS = {
         "DeploymentState._record_probe_metrics",
     ),
     "ray.serve._private.controller": ("ServeController.record_replica_health_reports",),
+    # Ray decodes an actor call's arguments before the method runs: counted
+    # only for a call whose arguments hold health reports (a relay's batch).
+    "ray._private.worker": ("Worker.deserialize_objects",),
 }
+CALIBRATION_CALLS = 2000
 
 _lock = threading.Lock()
 # ("Class.method", application) -> [calls, thread CPU ns]
 _totals: dict[tuple[str, str], list[int]] = {}
+_nested_calls = 0
+_depth = threading.local()
+_directory: str | None = None
 _writer: threading.Thread | None = None
+# What the wrapper itself adds to each call's counted CPU, measured once.
+_overhead_ns = 0.0
 
 
-def application_of(obj: Any) -> str:
+def application_of(obj: Any, result: Any = None) -> str | None:
     """The Serve application of a replica's wrapper (its `_replica_id`) or of a
     deployment's state (its `_id`); "-" for anything else."""
     replica_id = getattr(obj, "_replica_id", None)
@@ -61,44 +76,109 @@ def application_of(obj: Any) -> str:
     return str(getattr(deployment_id, "app_name", "-"))
 
 
-def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+def carries_health_reports(obj: Any, result: Any) -> str | None:
+    """ "-" (no one application's) for decoded arguments that hold a list of
+    health reports, None (not counted) for any other."""
+    for value in result if isinstance(result, list) else ():
+        if isinstance(value, list) and value and type(value[0]).__name__ == "ReplicaHealthReport":
+            return "-"
+    return None
+
+
+ATTRIBUTION: dict[str, Callable[[Any, Any], str | None]] = {
+    "Worker.deserialize_objects": carries_health_reports
+}
+
+
+def counted(
+    name: str,
+    function: Callable[..., Any],
+    attribute: Callable[[Any, Any], str | None] = application_of,
+    record: Callable[[str, str, int, bool], None] | None = None,
+) -> Callable[..., Any]:
+    """`function` wrapped to pass its thread CPU, under the application
+    `attribute` gives (None: not counted), to `record` (default: the totals)."""
+    add = record or _add
+
     @functools.wraps(function)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outer = getattr(_depth, "value", 0)
+        _depth.value = outer + 1
+        result = None
         start = time.thread_time_ns()
         try:
-            return function(self, *args, **kwargs)
+            result = function(self, *args, **kwargs)
+            return result
         finally:
             spent = time.thread_time_ns() - start
+            _depth.value = outer
             # Outside the measured span: what it costs is not the function's.
-            key = (name, application_of(self))
-            with _lock:
-                totals = _totals.setdefault(key, [0, 0])
-                totals[0] += 1
-                totals[1] += spent
+            key = attribute(self, result)
+            if key is not None:
+                add(name, key, spent, outer > 0)
 
     return wrapper
 
 
+def _add(name: str, application: str, spent_ns: int, nested: bool) -> None:
+    global _nested_calls
+    with _lock:
+        totals = _totals.setdefault((name, application), [0, 0])
+        totals[0] += 1
+        totals[1] += spent_ns
+        _nested_calls += nested
+    if _writer is None and _directory is not None:
+        # Only a process that runs a health function writes: every Serve
+        # process imports the modules, only the controller calls them.
+        _start_writer(_directory)
+
+
 def wrap(module: ModuleType, names: tuple[str, ...]) -> list[str]:
-    """Wrap each Class.method of `module` that exists; returns those wrapped."""
+    """Wrap each Class.method of `module` that exists and is a plain function
+    (a coroutine's thread CPU would not be its own); returns those wrapped."""
     wrapped = []
     for name in names:
         class_name, method = name.split(".")
         cls = getattr(module, class_name, None)
-        if cls is None or method not in vars(cls):
+        function = vars(cls).get(method) if cls is not None else None
+        if function is None or inspect.iscoroutinefunction(function):
             continue
-        setattr(cls, method, counted(name, vars(cls)[method]))
+        setattr(cls, method, counted(name, function, ATTRIBUTION.get(name, application_of)))
         wrapped.append(name)
     return wrapped
 
 
+def calibrate() -> float:
+    """What the wrapper adds to each counted call, in ns: its mean over
+    CALIBRATION_CALLS calls of a function that does nothing."""
+    spent: list[int] = []
+
+    def nothing(self: Any) -> None:
+        return None
+
+    counted_nothing = counted(
+        "calibration", nothing, record=lambda name, app, spent_ns, nested: spent.append(spent_ns)
+    )
+    for _ in range(CALIBRATION_CALLS):
+        counted_nothing(None)
+    return sum(spent) / len(spent)
+
+
 def snapshot() -> dict:
-    """The totals as "Class.method" -> application -> calls and CPU seconds."""
+    """The totals as "Class.method" -> application -> calls and CPU seconds,
+    with what the wrapper adds per call and the count of nested calls."""
     functions: dict[str, dict[str, dict[str, float]]] = {}
     with _lock:
         for (name, application), (calls, ns) in _totals.items():
             functions.setdefault(name, {})[application] = {"calls": calls, "cpu_s": ns / 1e9}
-    return {"pid": os.getpid(), "written_at": time.time(), "functions": functions}
+        nested = _nested_calls
+    return {
+        "pid": os.getpid(),
+        "written_at": time.time(),
+        "overhead_s_per_call": _overhead_ns / 1e9,
+        "nested_calls": nested,
+        "functions": functions,
+    }
 
 
 def _write_forever(directory: str) -> None:
@@ -112,20 +192,20 @@ def _write_forever(directory: str) -> None:
 
 
 def _start_writer(directory: str) -> None:
-    global _writer
-    if _writer is None:
+    global _writer, _overhead_ns
+    with _lock:
+        if _writer is not None:
+            return
         _writer = threading.Thread(
             target=_write_forever, args=(directory,), name="health-cpu", daemon=True
         )
-        _writer.start()
+    _overhead_ns = calibrate()
+    _writer.start()
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):
-    """Finds Serve's modules as the other finders do, and wraps their health
+    """Finds the modules as the other finders do, and wraps their health
     functions once each module has run."""
-
-    def __init__(self, directory: str) -> None:
-        self._directory = directory
 
     def find_spec(self, fullname, path, target=None):
         names = HEALTH_FUNCTIONS.get(fullname)
@@ -144,12 +224,12 @@ class _WrapOnImport(importlib.abc.MetaPathFinder):
 
         def run_and_wrap(module: ModuleType) -> None:
             run_module(module)
-            if wrap(module, names):
-                _start_writer(self._directory)
+            wrap(module, names)
 
         loader.exec_module = run_and_wrap  # type: ignore[union-attr,method-assign]
         return spec
 
 
 if os.environ.get(DIR_ENV):
-    sys.meta_path.insert(0, _WrapOnImport(os.environ[DIR_ENV]))
+    _directory = os.environ[DIR_ENV]
+    sys.meta_path.insert(0, _WrapOnImport())
