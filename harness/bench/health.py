@@ -119,13 +119,23 @@ def _counters(cluster: Cluster, pid: int) -> dict:
 # Functions stock 2.60.0 does not have: a pull app's visits pay for them only
 # because the bench's controller runs with push health on.
 PUSH_ONLY = ("DeploymentState._apply_pushed_health", "DeploymentState._record_probe_metrics")
+# What the counter must have wrapped in the controller, or a figure would
+# silently lack a part: all of its functions on the patched image, those
+# stock 2.60.0 has on stock.
+COUNTED_ON_STOCK = (
+    "ActorReplicaWrapper.check_health",
+    "DeploymentState._record_health_check_metrics",
+    "Worker.deserialize_objects",
+)
+COUNTED = (*COUNTED_ON_STOCK, *PUSH_ONLY, "ServeController.record_replica_health_reports")
 STALE_AFTER_S = 1.0  # the counter writes every 0.2 s
 
 
-def _health_cpu(cluster: Cluster, pid: int) -> dict:
+def _health_cpu(cluster: Cluster, pid: int, counted: tuple[str, ...] = COUNTED) -> dict:
     """The controller's running totals: calls and thread CPU per health function
     and application, as its counter last wrote them."""
     path = f"{HEALTH_CPU_DIR}/{pid}.json"
+    asked = time.time()
     code, text = cluster.exec_in(cluster.head, ["cat", path], check=False)
     if code != 0:
         raise HarnessError(
@@ -133,8 +143,9 @@ def _health_cpu(cluster: Cluster, pid: int) -> dict:
             f"cluster started with {HEALTH_CPU_PATH} on its PYTHONPATH?"
         )
     totals = json.loads(text)
-    # The nodes share the host's clock.
-    age_s = time.time() - totals["written_at"]
+    # The nodes share the host's clock; taken before the read, so a slow exec
+    # does not age the file.
+    age_s = asked - totals["written_at"]
     if age_s > STALE_AFTER_S:
         raise HarnessError(
             f"the controller's health CPU totals in {path} are {age_s:.1f} s old: its "
@@ -144,6 +155,12 @@ def _health_cpu(cluster: Cluster, pid: int) -> dict:
         raise HarnessError(
             f"{totals['nested_calls']} counted health function calls ran inside another: "
             "their CPU was counted twice; the counter's list of functions needs fixing"
+        )
+    missing = set(counted) - set(totals["wrapped"])
+    if missing:
+        raise HarnessError(
+            f"the controller's counter did not wrap {', '.join(sorted(missing))}: the "
+            "figures would lack their cost (a Ray whose functions moved?)"
         )
     return totals
 
@@ -179,12 +196,16 @@ def mode_cpu_s(health_path: dict, mode: str) -> float:
     )
 
 
-def _window(cluster: Cluster, pid: int, window_s: float, mode: str) -> dict:
+def _window(
+    cluster: Cluster, pid: int, window_s: float, mode: str, counted: tuple[str, ...] = COUNTED
+) -> dict:
     """The controller's counters over `window_s`, per health period, and the
     CPU its health functions took over the same window."""
-    before, cpu_before = _counters(cluster, pid), _health_cpu(cluster, pid)
+    before, cpu_before = _counters(cluster, pid), _health_cpu(cluster, pid, counted)
     time.sleep(window_s)
-    after, cpu_after = _counters(cluster, pid), _health_cpu(cluster, pid)
+    after, cpu_after = _counters(cluster, pid), _health_cpu(cluster, pid, counted)
+    if cpu_after["written_at"] <= cpu_before["written_at"]:
+        raise HarnessError("the controller's health CPU totals did not move over a window")
     periods = (after["time"] - before["time"]) / PERIOD_S
     # The totals' own window: a metrics fetch between them can take seconds.
     counted_periods = (cpu_after["written_at"] - cpu_before["written_at"]) / PERIOD_S
@@ -350,11 +371,11 @@ def measure_stock(tag: str, replicas: int, window_s: float, progress: Progress) 
         pid = cluster.controller_pid()
         progress.begin(f"stock 2.60.0, size {replicas}: no health checks", SETTLE_S + window_s)
         _settle(cluster)
-        idle = _window(cluster, pid, window_s, MODES[0])
+        idle = _window(cluster, pid, window_s, MODES[0], COUNTED_ON_STOCK)
         progress.begin(f"stock 2.60.0, size {replicas}: pull", SETTLE_S + window_s)
         cluster.deploy(appconfigs.deploy_config(_app("pull", replicas, PERIOD_S)), timeout_s=600)
         _settle(cluster)
-        pull = _window(cluster, pid, window_s, "pull")
+        pull = _window(cluster, pid, window_s, "pull", COUNTED_ON_STOCK)
     return {"replicas": replicas, "idle": idle, "pull": pull}
 
 

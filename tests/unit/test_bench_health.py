@@ -2,6 +2,8 @@
 and its run loop reports its progress."""
 
 import itertools
+import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -9,6 +11,7 @@ from progress_spy import record
 
 from harness.bench import health
 from harness.bench.health import health_cpu_between
+from harness.core.errors import HarnessError
 
 CHECK = "ActorReplicaWrapper.check_health"
 RECEIVE = "ServeController.record_replica_health_reports"
@@ -60,6 +63,47 @@ def test_a_mode_counts_its_own_app_not_the_idle_one_and_pull_only_what_stock_has
     assert health.mode_cpu_s(path, "no health checks") == pytest.approx(0.00465)
 
 
+class CounterFile:
+    """A head whose counter file says `totals`."""
+
+    head = "head"
+
+    def __init__(self, **totals):
+        self.totals = {
+            "written_at": time.time(),
+            "nested_calls": 0,
+            "wrapped": list(health.COUNTED),
+            "overhead_s_per_call": 0.0,
+            "functions": {},
+            **totals,
+        }
+
+    def exec_in(self, node, cmd, check=True):
+        return 0, json.dumps(self.totals)
+
+
+def test_fresh_whole_totals_are_read():
+    assert health._health_cpu(CounterFile(), 7)["functions"] == {}
+
+
+@pytest.mark.parametrize(
+    "totals, says",
+    [
+        ({"written_at": time.time() - 5}, "old"),
+        ({"nested_calls": 3}, "inside another"),
+        ({"wrapped": list(health.COUNTED_ON_STOCK)}, "did not wrap"),
+    ],
+)
+def test_stale_nested_or_incomplete_totals_are_refused(totals, says):
+    with pytest.raises(HarnessError, match=says):
+        health._health_cpu(CounterFile(**totals), 7)
+
+
+def test_stock_needs_only_what_stock_has():
+    cluster = CounterFile(wrapped=list(health.COUNTED_ON_STOCK))
+    health._health_cpu(cluster, 7, health.COUNTED_ON_STOCK)
+
+
 class FakeCluster:
     """What the run loops ask of a cluster, answering at once."""
 
@@ -89,7 +133,9 @@ def no_cluster(monkeypatch, tmp_path):
     monkeypatch.setattr(health.images, "ensure_node_image", lambda spec: "node")
     monkeypatch.setattr(health, "_cluster", lambda tag: FakeCluster())
     monkeypatch.setattr(health, "_settle", lambda cluster: None)
-    monkeypatch.setattr(health, "_window", lambda cluster, pid, window_s, mode: {"cpu_s": 0.1})
+    monkeypatch.setattr(
+        health, "_window", lambda cluster, pid, window_s, mode, counted=None: {"cpu_s": 0.1}
+    )
     clock = itertools.count(start=1000.0)
     monkeypatch.setattr(
         health,

@@ -4,11 +4,13 @@ Serve modules imported after it."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -48,6 +50,7 @@ def run(code: str, counter_dir: Path | None) -> dict:
 def test_counts_every_call_of_a_health_function_and_its_cpu(tmp_path: Path):
     found = run(CALLS, tmp_path)
     assert found["wrapped"]
+    assert "Worker.deserialize_objects" in found["totals"]["wrapped"]
     functions = found["totals"]["functions"]
     # Per application of the deployment it ran for.
     by_app = functions["DeploymentState._record_health_check_metrics"]
@@ -184,14 +187,66 @@ def test_a_coroutine_is_not_wrapped(counter):
     assert counter.wrap(module, ("ServeController.record_replica_health_reports",)) == []
 
 
+class ReplicaHealthReport(NamedTuple):
+    """Shaped as Serve's report: a NamedTuple of that name."""
+
+    replica_unique_id: str
+    checked_at: float
+
+
+def flat_arguments(function, *args, **kwargs) -> list:
+    """An actor call's arguments as Ray sends and decodes them."""
+    from ray._common.signature import flatten_args
+
+    return flatten_args(list(inspect.signature(function).parameters.values()), args, kwargs)
+
+
 def test_decoding_is_counted_only_for_a_batch_of_health_reports(counter):
-    class ReplicaHealthReport:
+    def record_replica_health_reports(reports, exited=None, sender_id=None, sent_at=None):
         pass
 
-    assert counter.carries_health_reports(None, [[ReplicaHealthReport()], [], "node", 1.0]) == "-"
-    assert counter.carries_health_reports(None, [[], [], "node", 1.0]) is None
-    assert counter.carries_health_reports(None, [["x"], {"a": 1}]) is None
-    assert counter.carries_health_reports(None, None) is None
+    def record_replica_health(report, period_s, actor=None):
+        pass
+
+    batch = flat_arguments(
+        record_replica_health_reports,
+        [ReplicaHealthReport("r1", 1.0)],
+        [],
+        sender_id="node-1",
+        sent_at=2.0,
+    )
+    assert counter.carries_health_reports(None, batch) == "-"
+    # A relay's own calls from replicas carry one report, not a batch: proxies
+    # count nothing and start no writer.
+    single = flat_arguments(record_replica_health, ReplicaHealthReport("r1", 1.0), 2.0)
+    assert counter.carries_health_reports(None, single) is None
+    heartbeat_of_nothing = flat_arguments(record_replica_health_reports, [], ["gone"])
+    assert counter.carries_health_reports(None, heartbeat_of_nothing) is None
+    assert counter.carries_health_reports(None, [None]) is None  # a probe's reply
+
+
+def test_a_reply_decoded_inside_a_check_is_the_checks_cost(counter):
+    import types
+
+    class Worker:
+        def deserialize_objects(self, values):
+            return values
+
+    class ActorReplicaWrapper:
+        def check_health(self):
+            return Worker().deserialize_objects([[ReplicaHealthReport("r1", 1.0)]])
+
+    worker_module, state_module = types.ModuleType("w"), types.ModuleType("s")
+    worker_module.Worker, state_module.ActorReplicaWrapper = Worker, ActorReplicaWrapper
+    counter.wrap(worker_module, ("Worker.deserialize_objects",))
+    counter.wrap(state_module, ("ActorReplicaWrapper.check_health",))
+    ActorReplicaWrapper().check_health()
+    totals = counter.snapshot()
+    assert "Worker.deserialize_objects" not in totals["functions"]
+    assert totals["nested_calls"] == 0
+    assert totals["wrapped"] == ["ActorReplicaWrapper.check_health", "Worker.deserialize_objects"]
+    Worker().deserialize_objects([[ReplicaHealthReport("r1", 1.0)]])
+    assert counter.snapshot()["functions"]["Worker.deserialize_objects"]["-"]["calls"] == 1
 
 
 def test_the_wrappers_cost_per_call_is_measured(counter):
