@@ -128,7 +128,10 @@ COUNTED_ON_STOCK = (
     "Worker.deserialize_objects",
 )
 COUNTED = (*COUNTED_ON_STOCK, *PUSH_ONLY, "ServeController.record_replica_health_reports")
-STALE_AFTER_S = 1.0  # the counter writes every 0.2 s
+# The counter writes every 0.2 s, later when the controller's loop holds the
+# GIL; this only tells a writer that stopped (a window is divided by the
+# snapshots' own times, so a late one costs nothing).
+STALE_AFTER_S = 5.0
 
 
 def _health_cpu(cluster: Cluster, pid: int, counted: tuple[str, ...] = COUNTED) -> dict:
