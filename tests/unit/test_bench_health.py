@@ -4,9 +4,9 @@ and its run loop reports its progress."""
 import itertools
 import json
 import time
-from types import SimpleNamespace
 
 import pytest
+from bench_offline import ClusterStandIn, offline
 from progress_spy import record
 
 from harness.bench import health
@@ -104,14 +104,8 @@ def test_stock_needs_only_what_stock_has():
     health._health_cpu(cluster, 7, health.COUNTED_ON_STOCK)
 
 
-class FakeCluster:
+class FakeCluster(ClusterStandIn):
     """What the run loops ask of a cluster, answering at once."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
     def deploy(self, config, timeout_s=None):
         pass
@@ -126,11 +120,7 @@ class FakeCluster:
 @pytest.fixture
 def no_cluster(monkeypatch, tmp_path):
     """bench-health with its clusters, waits and measurements replaced."""
-    monkeypatch.setattr(health, "RESULTS_DIR", tmp_path)
-    monkeypatch.setattr(
-        health, "load_pin", lambda: SimpleNamespace(ray=SimpleNamespace(version="2.60.0"))
-    )
-    monkeypatch.setattr(health.images, "ensure_node_image", lambda spec: "node")
+    offline(monkeypatch, health, tmp_path)
     monkeypatch.setattr(health, "_cluster", lambda tag: FakeCluster())
     monkeypatch.setattr(health, "_settle", lambda cluster: None)
     monkeypatch.setattr(

@@ -4,6 +4,7 @@ Docker."""
 
 from types import SimpleNamespace
 
+from bench_offline import ClusterStandIn, offline
 from progress_spy import record
 
 from harness.bench import keepalive
@@ -12,15 +13,9 @@ from harness.experiment.history import Request
 T = 1_700_000_000.0
 
 
-class FakeCluster:
+class FakeCluster(ClusterStandIn):
     def __init__(self, config):
         self.head = SimpleNamespace(ip="10.0.0.2")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
     def deploy(self, config):
         pass
@@ -34,11 +29,7 @@ async def closed_loop(host, port, count, connections, history, path, kind="short
 
 
 def test_the_run_loop_reports_each_kind_and_client_count(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(keepalive, "RESULTS_DIR", tmp_path)
-    monkeypatch.setattr(
-        keepalive, "load_pin", lambda: SimpleNamespace(ray=SimpleNamespace(version="2.60.0"))
-    )
-    monkeypatch.setattr(keepalive.images, "ensure_node_image", lambda spec: "node")
+    offline(monkeypatch, keepalive, tmp_path)
     monkeypatch.setattr(keepalive, "Cluster", FakeCluster)
     monkeypatch.setattr(keepalive, "closed_loop", closed_loop)
     made = record(monkeypatch, keepalive)

@@ -3,22 +3,17 @@ its progress, and the pieces it begins add up to the plan. No Docker."""
 
 from types import SimpleNamespace
 
+from bench_offline import ClusterStandIn
 from progress_spy import record
 
 from harness.bench import membership
 
 
-class FakeCluster:
+class FakeCluster(ClusterStandIn):
     """The agent's two probes, answering at once with one round's figures."""
 
     def __init__(self, config):
         pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
     def deploy(self, config):
         pass

@@ -1,8 +1,7 @@
 """bench-stop reads each stop from the controller's log lines, and its run
 loop reports its progress."""
 
-from types import SimpleNamespace
-
+from bench_offline import ClusterStandIn, offline
 from progress_spy import record
 
 from harness.bench import stop
@@ -34,18 +33,12 @@ def test_a_stop_that_never_ended_is_left_out_and_a_repeated_line_counts_once():
     assert stop_durations(lines) == [3.0]
 
 
-class FakeCluster:
+class FakeCluster(ClusterStandIn):
     """An echo app that scales at once, and a controller's log of its stops."""
 
     def __init__(self, config):
         self.head = "head"
         self.rounds = 0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
     def deploy(self, config, wait=True):
         self.rounds += not wait  # each round scales down without waiting
@@ -65,11 +58,7 @@ class FakeCluster:
 
 
 def test_the_run_loop_reports_each_round_and_its_rounds_are_the_plan(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(stop, "RESULTS_DIR", tmp_path)
-    monkeypatch.setattr(
-        stop, "load_pin", lambda: SimpleNamespace(ray=SimpleNamespace(version="2.60.0"))
-    )
-    monkeypatch.setattr(stop.images, "ensure_node_image", lambda spec: "node")
+    offline(monkeypatch, stop, tmp_path)
     monkeypatch.setattr(stop, "Cluster", FakeCluster)
     made = record(monkeypatch, stop)
 
