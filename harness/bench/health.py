@@ -519,7 +519,7 @@ def registry_memory(entries: int = 8000) -> int:
         before = tracemalloc.take_snapshot()
         registry = ReplicaHealthPushRegistry()
         registry.record_reports(
-            ReplicaHealthReport(rid, time.monotonic(), True, 0, 1.0, 2) for rid in ids
+            ReplicaHealthReport(rid, time.monotonic(), True, 0) for rid in ids
         )
         after = tracemalloc.take_snapshot()
     finally:

@@ -4,9 +4,9 @@ Serve modules imported after it."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -187,41 +187,31 @@ def test_a_coroutine_is_not_wrapped(counter):
     assert counter.wrap(module, ("ServeController.record_replica_health_reports",)) == []
 
 
-class ReplicaHealthReport(NamedTuple):
-    """Shaped as Serve's report: a NamedTuple of that name."""
+class ReplicaHealthBatch(NamedTuple):
+    """Shaped as Serve's batch: a NamedTuple of that name, sent pickled."""
 
-    replica_unique_id: str
-    checked_at: float
+    reports: list
+    exited_replica_ids: list
 
 
-def flat_arguments(function, *args, **kwargs) -> list:
-    """An actor call's arguments as Ray sends and decodes them."""
-    from ray._common.signature import flatten_args
+def decoded_call(*args) -> list:
+    """An actor call's positional arguments as Ray decodes them."""
+    from ray._common.signature import DUMMY_TYPE
 
-    return flatten_args(list(inspect.signature(function).parameters.values()), args, kwargs)
+    return [value for arg in args for value in (DUMMY_TYPE, arg)]
 
 
 def test_decoding_is_counted_only_for_a_batch_of_health_reports(counter):
-    def record_replica_health_reports(reports, exited=None, sender_id=None, sent_at=None):
-        pass
-
-    def record_replica_health(report, period_s, actor=None):
-        pass
-
-    batch = flat_arguments(
-        record_replica_health_reports,
-        [ReplicaHealthReport("r1", 1.0)],
-        [],
-        sender_id="node-1",
-        sent_at=2.0,
-    )
-    assert counter.carries_health_reports(None, batch) == "-"
+    batch = ReplicaHealthBatch([("r1", 1.0, True, 0, 0.0)] * 16, [])
+    assert counter.carries_health_reports(None, decoded_call(pickle.dumps(batch))) == "-"
     # A relay's own calls from replicas carry one report, not a batch: proxies
     # count nothing and start no writer.
-    single = flat_arguments(record_replica_health, ReplicaHealthReport("r1", 1.0), 2.0)
-    assert counter.carries_health_reports(None, single) is None
-    heartbeat_of_nothing = flat_arguments(record_replica_health_reports, [], ["gone"])
-    assert counter.carries_health_reports(None, heartbeat_of_nothing) is None
+    assert counter.carries_health_reports(None, decoded_call(("r1", 1.0), 2.0)) is None
+    # Other bytes: a handle's compressed metrics, a name that only happens to
+    # appear far into a payload.
+    assert counter.carries_health_reports(None, decoded_call(b"x" * 200)) is None
+    late = b"x" * 200 + b"ReplicaHealthBatch"
+    assert counter.carries_health_reports(None, decoded_call(late)) is None
     assert counter.carries_health_reports(None, [None]) is None  # a probe's reply
 
 
@@ -234,7 +224,7 @@ def test_a_reply_decoded_inside_a_check_is_the_checks_cost(counter):
 
     class ActorReplicaWrapper:
         def check_health(self):
-            return Worker().deserialize_objects([[ReplicaHealthReport("r1", 1.0)]])
+            return Worker().deserialize_objects(decoded_call(pickle.dumps(ReplicaHealthBatch([], []))))
 
     worker_module, state_module = types.ModuleType("w"), types.ModuleType("s")
     worker_module.Worker, state_module.ActorReplicaWrapper = Worker, ActorReplicaWrapper
@@ -245,7 +235,7 @@ def test_a_reply_decoded_inside_a_check_is_the_checks_cost(counter):
     assert "Worker.deserialize_objects" not in totals["functions"]
     assert totals["nested_calls"] == 0
     assert totals["wrapped"] == ["ActorReplicaWrapper.check_health", "Worker.deserialize_objects"]
-    Worker().deserialize_objects([[ReplicaHealthReport("r1", 1.0)]])
+    Worker().deserialize_objects(decoded_call(pickle.dumps(ReplicaHealthBatch([], []))))
     assert counter.snapshot()["functions"]["Worker.deserialize_objects"]["-"]["calls"] == 1
 
 

@@ -17,8 +17,8 @@ def health_ingest(
 ) -> dict:
     """Feed the real controller the batches `nodes` node relays would send for
     `nodes` x `replicas_per_node` replicas with health period `period_s`: one call
-    per node per period, `replicas_per_node` reports each (distinct replica ids,
-    each standing for two self-checks), spread evenly over the period, one batch
+    per node per period, `replicas_per_node` reports each (distinct replica ids),
+    each node a named sender as relays are, spread evenly over the period, one batch
     in flight per node as the relay sends them. `senders` actors (kept off the
     head) share the nodes. Returns what was sent; the controller counts what it
     received itself."""
@@ -29,7 +29,7 @@ def health_ingest(
         async def run(self, first: int, count: int) -> dict:
             import asyncio
 
-            from ray.serve._private.common import ReplicaHealthReport
+            from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
             from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
             controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
@@ -41,10 +41,9 @@ def health_ingest(
                 await asyncio.sleep(period_s * index / nodes)
                 while time.monotonic() < end:
                     started = time.monotonic()
-                    reports = [
-                        ReplicaHealthReport(rid, started, True, 0, period_s / 2, 2) for rid in ids
-                    ]
-                    await controller.record_replica_health_reports.remote(reports, [])
+                    reports = [ReplicaHealthReport(rid, started, True, 0) for rid in ids]
+                    batch = ReplicaHealthBatch(reports, [], f"node-{index}", time.time())
+                    await controller.record_replica_health_reports.remote(batch.to_bytes())
                     sent["calls"] += 1
                     sent["reports"] += len(reports)
                     await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))

@@ -81,11 +81,17 @@ def application_of(obj: Any, result: Any = None) -> str | None:
     return str(getattr(deployment_id, "app_name", "-"))
 
 
+# A relay's batch reaches the controller as one bytes argument, a pickled
+# ReplicaHealthBatch; pickle writes the class's name near its start.
+BATCH_MARK = b"ReplicaHealthBatch"
+BATCH_MARK_WITHIN = 128
+
+
 def carries_health_reports(obj: Any, result: Any) -> str | None:
-    """ "-" (no one application's) for decoded arguments that hold a list of
-    health reports, None (not counted) for any other."""
+    """ "-" (no one application's) for decoded arguments that hold a relay's
+    batch of health reports, None (not counted) for any other."""
     for value in result if isinstance(result, list) else ():
-        if isinstance(value, list) and value and type(value[0]).__name__ == "ReplicaHealthReport":
+        if isinstance(value, bytes) and BATCH_MARK in value[:BATCH_MARK_WITHIN]:
             return "-"
     return None
 
