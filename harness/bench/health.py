@@ -518,9 +518,7 @@ def registry_memory(entries: int = 8000) -> int:
     try:
         before = tracemalloc.take_snapshot()
         registry = ReplicaHealthPushRegistry()
-        registry.record_reports(
-            ReplicaHealthReport(rid, time.monotonic(), True, 0) for rid in ids
-        )
+        registry.record_reports(ReplicaHealthReport(rid, time.monotonic(), True, 0) for rid in ids)
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()

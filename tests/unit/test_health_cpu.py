@@ -194,6 +194,9 @@ class ReplicaHealthBatch(NamedTuple):
     exited_replica_ids: list
 
 
+EMPTY_BATCH = pickle.dumps(ReplicaHealthBatch([], []))
+
+
 def decoded_call(*args) -> list:
     """An actor call's positional arguments as Ray decodes them."""
     from ray._common.signature import DUMMY_TYPE
@@ -224,7 +227,7 @@ def test_a_reply_decoded_inside_a_check_is_the_checks_cost(counter):
 
     class ActorReplicaWrapper:
         def check_health(self):
-            return Worker().deserialize_objects(decoded_call(pickle.dumps(ReplicaHealthBatch([], []))))
+            return Worker().deserialize_objects(decoded_call(EMPTY_BATCH))
 
     worker_module, state_module = types.ModuleType("w"), types.ModuleType("s")
     worker_module.Worker, state_module.ActorReplicaWrapper = Worker, ActorReplicaWrapper
@@ -235,7 +238,7 @@ def test_a_reply_decoded_inside_a_check_is_the_checks_cost(counter):
     assert "Worker.deserialize_objects" not in totals["functions"]
     assert totals["nested_calls"] == 0
     assert totals["wrapped"] == ["ActorReplicaWrapper.check_health", "Worker.deserialize_objects"]
-    Worker().deserialize_objects(decoded_call(pickle.dumps(ReplicaHealthBatch([], []))))
+    Worker().deserialize_objects(decoded_call(EMPTY_BATCH))
     assert counter.snapshot()["functions"]["Worker.deserialize_objects"]["-"]["calls"] == 1
 
 
