@@ -39,6 +39,7 @@ _log = log.get(__name__)
 _DEPLOYMENT_STATE = "ray/serve/_private/deployment_state.py"
 _REPLICA = "ray/serve/_private/replica.py"
 _RELAY = "ray/serve/_private/replica_health_relay.py"
+_COMMON = "ray/serve/_private/common.py"
 # Where the patches install their tests (the wheel ships no tests of its own),
 # and the push-health patches' own files among them: every mutation is in their
 # code, and the other patches' tests (real
@@ -54,6 +55,7 @@ _TESTED_FIRST_BY = {
     _DEPLOYMENT_STATE: "test_push_health_receive.py",
     _REPLICA: "test_push_health_sender.py",
     _RELAY: "test_push_health_relay.py",
+    _COMMON: "test_push_health_receive.py",
 }
 # pytest's exit codes for "ran, all passed" and "ran, some test failed"; anything
 # else (collection error, usage error, no tests) proves nothing either way.
@@ -326,8 +328,29 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "replica finds its relay again",
         _REPLICA,
-        "            self._relay = None\n            self._pending_heartbeat_ref = None\n",
-        "            self._pending_heartbeat_ref = None\n",
+        "            self._relay = None\n"
+        "            self._pending_heartbeat_ref = None\n"
+        "            self._next_relay_lookup_at = 0.0\n",
+        "            self._pending_heartbeat_ref = None\n"
+        "            self._next_relay_lookup_at = 0.0\n",
+    ),
+    Mutation(
+        "a proxy that declines reports is no relay",
+        _REPLICA,
+        "        if taken is False:\n",
+        "        if False:\n",
+    ),
+    Mutation(
+        "a failed batch waits for the retry time",
+        _RELAY,
+        "        if now < self._retry_at:\n            return False\n",
+        "",
+    ),
+    Mutation(
+        "a malformed batch is refused whole",
+        _COMMON,
+        "            and all(map(_is_well_formed, batch.reports))\n",
+        "",
     ),
     Mutation(
         "repeat-unhealthy suppression",
