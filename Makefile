@@ -27,7 +27,7 @@ harness_run = echo "$(subst ",\",$(1))"; $(1) $(call harness_rc,$(1))
 
 .DEFAULT_GOAL := help
 .PHONY: help setup apply-patches revert-patches patch-status workspace export-patches check-patches \
-        images up down status bench-load bench-health bench-membership bench-keepalive bench-stop soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
+        images up down status bench-load bench-health bench-membership bench-keepalive bench-stop bench-controller-loop soak ladder-check unit-test patch-test mutation-check integration-test test lint clean
 
 help: ## list the targets, then the scenarios
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
@@ -150,6 +150,9 @@ bench-membership: $(PY) ## what a replica change costs HAProxy, stock vs runtime
 
 bench-keepalive: $(PY) ## what closing after streamed responses costs keep-alive clients, off vs on
 	@$(call harness_run,$(HARNESS) bench keepalive)
+
+bench-controller-loop: $(PY) ## the controller's deployment-state update at 1,000-8,000 replicas, pull vs push: make bench-controller-loop [ARGS="--sizes 1000,4000 --repeats 2"]
+	@$(call harness_run,$(HARNESS) bench controller-loop $(ARGS))
 
 bench-stop: $(PY) ## how long an idle ingress replica takes to stop, force-kill budget covering the request timeout off vs on
 	@$(call harness_run,$(HARNESS) bench stop)

@@ -272,6 +272,17 @@ def cmd_bench_keepalive(args) -> None:
     bench_keepalive.print_keepalive(bench_keepalive.bench_keepalive())
 
 
+def cmd_bench_controller_loop(args) -> None:
+    from harness.bench import controller_loop
+    from harness.core.errors import HarnessError
+
+    if args.repeats < 1:
+        raise HarnessError(f"--repeats must be at least 1, not {args.repeats}.")
+    controller_loop.print_controller_loop(
+        controller_loop.bench_controller_loop(args.sizes, args.repeats)
+    )
+
+
 def cmd_bench_stop(args) -> None:
     from harness.bench import stop as bench_stop
 
@@ -675,6 +686,19 @@ def build_parser() -> argparse.ArgumentParser:
         "keepalive", help="what closing after streamed responses costs keep-alive clients"
     )
     b.set_defaults(func=cmd_bench_keepalive)
+    b = benches.add_parser(
+        "controller-loop",
+        help="the controller's deployment-state update at fleet size, pull vs push "
+        "(Ray's calls faked, their measured cost added)",
+    )
+    b.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=(1000, 4000, 8000),
+        help="replicas, comma-separated (default 1000,4000,8000)",
+    )
+    b.add_argument("--repeats", type=int, default=3, help="runs of every mode per size")
+    b.set_defaults(func=cmd_bench_controller_loop)
     b = benches.add_parser("stop", help="how long an idle ingress replica takes to stop")
     b.set_defaults(func=cmd_bench_stop)
 
