@@ -21,3 +21,22 @@ def test_push_defers_every_probe_to_the_relays_reports():
     # One batch per node per period.
     assert cost.batches_per_s * PERIOD_S == 2
     assert cost.receive_cpu_s_per_s > 0
+
+
+def test_the_deployment_is_in_its_steady_state():
+    # A HEALTHY deployment not in transition runs the loop's O(N) rank check,
+    # and sizes its sweep from its own health-check period.
+    from harness.bench.controller_loop import _FakeClock, _faked_ray, _state
+
+    with _faked_ray(_FakeClock()):
+        state = _state(REPLICAS, None, [0])
+        state.check_and_update_replicas()
+        assert state._curr_status_info.status.value == "HEALTHY"
+        assert not state._in_transition
+        assert state._reconcile_sweep_period_s() == PERIOD_S
+        assert len(state._last_rank_membership_ids) == REPLICAS
+
+
+def test_without_health_nothing_is_probed_or_received():
+    cost = measure_mode(REPLICAS, "none")
+    assert cost.probes_per_s == 0 and cost.batches_per_s == 0

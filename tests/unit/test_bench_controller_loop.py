@@ -4,7 +4,7 @@ import pytest
 
 from harness.bench.controller_loop import LoopCost, RayCallCosts, slope_per_1000, total_cpu_s_per_s
 
-CALLS = RayCallCosts(probe_submit_s=100e-6, probe_reply_s=50e-6, batch_decode_s=20e-6)
+CALLS = RayCallCosts(probe_submit_s=100e-6, probe_reply_s=50e-6, batch_receive_s=20e-6)
 
 
 def test_pull_pays_a_submit_and_a_reply_per_probe():
@@ -12,7 +12,7 @@ def test_pull_pays_a_submit_and_a_reply_per_probe():
     assert total_cpu_s_per_s(pull, CALLS) == pytest.approx(0.01 + 100 * 150e-6)
 
 
-def test_push_pays_its_handler_and_a_decode_per_batch():
+def test_push_pays_its_handler_and_a_receipt_per_batch():
     push = LoopCost(1000, "push", 0.01, 0.002, probes_per_s=0, batches_per_s=3)
     assert total_cpu_s_per_s(push, CALLS) == pytest.approx(0.012 + 3 * 20e-6)
 
