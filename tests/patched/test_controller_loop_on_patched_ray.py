@@ -40,3 +40,13 @@ def test_the_deployment_is_in_its_steady_state():
 def test_without_health_nothing_is_probed_or_received():
     cost = measure_mode(REPLICAS, "none")
     assert cost.probes_per_s == 0 and cost.batches_per_s == 0
+
+
+def test_without_health_the_sweep_keeps_its_cadence():
+    # The routing-stats period sizes the sweep too, so "none" visits replicas as
+    # often as the other modes.
+    from harness.bench.controller_loop import NO_HEALTH_PERIOD_S, _FakeClock, _faked_ray, _state
+
+    with _faked_ray(_FakeClock()):
+        state = _state(REPLICAS, None, [0], NO_HEALTH_PERIOD_S)
+        assert state._reconcile_sweep_period_s() == PERIOD_S
