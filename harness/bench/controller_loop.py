@@ -13,13 +13,14 @@ tests fake them: a replica's `check_health.remote()` returns a stand-in ref,
 of it returns.
 
 The fake leaves out what Ray does around each call: sending a probe and
-reading its reply, and receiving a batch. Those are measured in every repeat in
-a real local Ray, in an async actor standing in for the controller, as its
-whole process's CPU per call (every thread: the event loop, Ray's
-task-execution thread, the core worker's), and added: pull pays one per probe,
-push one per batch. Also left out: the GCS, and the rest of the controller's
-loop (autoscaling, long-poll broadcasts, checkpoints), which all modes pay
-alike.
+reading its reply, and receiving a batch. Those are measured in every repeat and
+at every size, at the pace that size's modes call (probes per control loop,
+batches per second, one in flight per relay), in a real local Ray, in an async
+actor standing in for the controller, as its whole process's CPU per call
+(every thread: the event loop, Ray's task-execution thread, the core
+worker's), and added: pull pays one per probe, push one per batch. Also left
+out: the GCS, and the rest of the controller's loop (autoscaling, long-poll
+broadcasts, checkpoints), which all modes pay alike.
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ LOOP_S = 0.1  # Serve's CONTROL_LOOP_INTERVAL_S
 # jittered period passed) averages 1.25 periods.
 WARMUP_PERIODS, MEASURED_PERIODS = 3, 5
 REPEATS = 3
-CALL_SAMPLES = 2000
+# Ray's per-call costs: measured over this long at each size's pace, with the
+# probes spread over this many actors and the batches sent by this many relays.
+CALL_WINDOW_S = 4.0
+PROBED_ACTORS = 8
+RELAYS = 4
 TARGET = 0.2
 
 
@@ -247,19 +252,22 @@ class RayCallCosts:
     batch_s: float  # a relay's batch received
 
 
-def measure_ray_calls(samples: int = CALL_SAMPLES) -> RayCallCosts:
-    """What the fake leaves out, measured on this machine in an async actor
-    standing in for the controller, as the whole process's CPU (every thread:
-    the event loop, Ray's task-execution thread, the core worker's) over
-    `samples` calls, less the same process's CPU over as long a time idle.
+def measure_ray_calls(
+    probes_per_tick: int, batches_per_s: float, seconds: float = CALL_WINDOW_S
+) -> RayCallCosts:
+    """What the fake leaves out, measured on this machine at the modes' own
+    pace, in an async actor standing in for the controller: its whole
+    process's CPU (every thread: the event loop, Ray's task-execution thread,
+    the core worker's) per call over `seconds`, less the same process's CPU
+    over as long a time idle. Calls in flight together share some of Ray's
+    per-call work, so the pace matters.
 
-    Probes: the stand-in submits `check_health.remote()` to another actor, all
-    `samples` at once, then reads each reply once ready as the sweep does
-    (`check_obj_ref_ready_nowait`, then `ray.get`). Batches: another actor sends
-    the stand-in `samples` relay batches at once, and the stand-in's handler
-    does nothing. Calls in flight together share some of Ray's per-call work, so
-    these are lower bounds: the controller sends a few dozen probes a loop, and
-    each relay keeps one batch in flight."""
+    Probes, as the sweep sends them: each control loop (LOOP_S) the stand-in
+    reads the replies of the probes it sent in the last one
+    (`check_obj_ref_ready_nowait`, then `ray.get`) and sends `probes_per_tick`
+    more (`check_health.remote()`), over PROBED_ACTORS actors. Batches, as
+    relays send them: RELAYS actors each keep one batch in flight, together
+    `batches_per_s`; the stand-in's handler does nothing."""
     import ray
     from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
 
@@ -280,21 +288,34 @@ def measure_ray_calls(samples: int = CALL_SAMPLES) -> RayCallCosts:
             await asyncio.sleep(seconds)
             return (time.process_time() - cpu) / (time.monotonic() - wall)
 
-        async def probe(self, replica: Any, count: int, idle: float) -> float:
+        async def probe(self, replicas: list, per_tick: int, seconds: float, idle: float) -> float:
             import asyncio
 
             from ray.serve._private.utils import check_obj_ref_ready_nowait
 
             cpu, wall = time.process_time(), time.monotonic()
-            refs = [replica.check_health.remote() for _ in range(count)]
-            while not check_obj_ref_ready_nowait(refs[-1]):
-                await asyncio.sleep(0.01)
-            for ref in refs:
-                while not check_obj_ref_ready_nowait(ref):
-                    await asyncio.sleep(0.01)
-                ray.get(ref)
+            pending: list = []
+            sent = 0
+            while time.monotonic() - wall < seconds:
+                still = []
+                for ref in pending:
+                    if check_obj_ref_ready_nowait(ref):
+                        ray.get(ref)
+                    else:
+                        still.append(ref)
+                pending = still + [
+                    replicas[(sent + i) % len(replicas)].check_health.remote()
+                    for i in range(per_tick)
+                ]
+                sent += per_tick
+                await asyncio.sleep(LOOP_S)
+            while pending:
+                await asyncio.sleep(LOOP_S)
+                for ref in [r for r in pending if check_obj_ref_ready_nowait(r)]:
+                    ray.get(ref)
+                    pending.remove(ref)
             spent = time.process_time() - cpu - idle * (time.monotonic() - wall)
-            return spent / count
+            return spent / max(sent, 1)
 
         async def start(self) -> None:
             self.mark = (time.process_time(), time.monotonic())
@@ -306,27 +327,38 @@ def measure_ray_calls(samples: int = CALL_SAMPLES) -> RayCallCosts:
             assert self.mark is not None
             cpu, wall = self.mark
             spent = time.process_time() - cpu - idle * (time.monotonic() - wall)
-            return spent / count
+            return spent / max(count, 1)
 
     @ray.remote(num_cpus=0)
     class Relay:
-        def send(self, controller: Any, batch: bytes, count: int) -> None:
-            ray.get([controller.record_replica_health_reports.remote(batch) for _ in range(count)])
+        async def send(self, controller: Any, batch: bytes, every_s: float, seconds: float) -> int:
+            import asyncio
+
+            sent, start = 0, time.monotonic()
+            while time.monotonic() - start < seconds:
+                await controller.record_replica_health_reports.remote(batch)
+                sent += 1
+                await asyncio.sleep(max(0.0, start + sent * every_s - time.monotonic()))
+            return sent
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         controller = Controller.remote()  # type: ignore[attr-defined]
-        replica = Replica.remote()  # type: ignore[attr-defined]
-        relay = Relay.remote()  # type: ignore[attr-defined]
-        ray.get(controller.probe.remote(replica, 50, 0.0))  # warm both paths up
-        idle = ray.get(controller.idle_cpu_s_per_s.remote(2.0))
-        per_probe = ray.get(controller.probe.remote(replica, samples, idle))
+        replicas = [Replica.remote() for _ in range(PROBED_ACTORS)]  # type: ignore[attr-defined]
+        relays = [Relay.remote() for _ in range(RELAYS)]  # type: ignore[attr-defined]
         reports = [ReplicaHealthReport(f"r{i:06d}", 1.0, True, 0) for i in range(REPLICAS_PER_NODE)]
         batch = ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
-        ray.get(relay.send.remote(controller, batch, 50))
+        # Warm both paths up, then the idle baseline.
+        ray.get(controller.probe.remote(replicas, probes_per_tick, 1.0, 0.0))
+        ray.get([relay.send.remote(controller, batch, 0.1, 1.0) for relay in relays])
+        idle = ray.get(controller.idle_cpu_s_per_s.remote(2.0))
+        per_probe = ray.get(controller.probe.remote(replicas, probes_per_tick, seconds, idle))
         ray.get(controller.start.remote())
-        ray.get(relay.send.remote(controller, batch, samples))
-        per_batch = ray.get(controller.since_start.remote(samples, idle))
+        every_s = RELAYS / batches_per_s
+        sent = sum(
+            ray.get([relay.send.remote(controller, batch, every_s, seconds) for relay in relays])
+        )
+        per_batch = ray.get(controller.since_start.remote(sent, idle))
     finally:
         ray.shutdown()
     return RayCallCosts(probe_s=per_probe, batch_s=per_batch)
@@ -354,27 +386,39 @@ def slope_per_1000(points: list[tuple[int, float]]) -> float:
 
 
 def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS) -> dict:
-    """Per repeat, Ray's per-call costs, then every size in every mode, one
-    after the other. Kept in RESULTS_DIR/bench-controller-loop.json."""
+    """Per repeat and size, every mode one after the other, then Ray's
+    per-call costs at that size's pace. Kept in
+    RESULTS_DIR/bench-controller-loop.json."""
     import json
 
     from harness.core.paths import RESULTS_DIR
 
-    # The plan, in seconds: a local Ray per repeat, and the sweep's cost, which
-    # grows with replicas (about 0.6 s per mode per 1,000 replicas here).
-    plan = repeats * (15 + len(MODES) * sum(sizes) * 0.6 / 1000)
+    # The plan, in seconds: the sweep's cost grows with replicas (about 0.6 s
+    # per mode per 1,000 replicas here); each call measurement starts a local
+    # Ray and runs two windows.
+    call_s = 10 + 2 * CALL_WINDOW_S
+    plan = repeats * sum(len(MODES) * size * 0.6 / 1000 + call_s for size in sizes)
     with Progress("bench-controller-loop", plan) as progress:
         calls, runs = [], []
         for repeat in range(repeats):
-            progress.begin(f"repeat {repeat + 1}/{repeats}: Ray's per-call costs", 15)
-            calls.append(measure_ray_calls().__dict__)
             for size in sizes:
+                by_mode = {}
                 for mode in MODES:
                     progress.begin(
                         f"repeat {repeat + 1}/{repeats}: {size} replicas, {mode}",
                         size * 0.6 / 1000,
                     )
-                    runs.append(measure_mode(size, mode, repeat).__dict__)
+                    by_mode[mode] = measure_mode(size, mode, repeat)
+                    runs.append(by_mode[mode].__dict__)
+                progress.begin(
+                    f"repeat {repeat + 1}/{repeats}: {size} replicas, Ray's per-call costs",
+                    call_s,
+                )
+                cost = measure_ray_calls(
+                    max(1, round(by_mode["pull"].probes_per_s * LOOP_S)),
+                    by_mode["push"].batches_per_s,
+                )
+                calls.append({"repeat": repeat, "replicas": size, **cost.__dict__})
     result = {
         "period_s": PERIOD_S,
         "replicas_per_node": REPLICAS_PER_NODE,
@@ -394,28 +438,30 @@ def _spread(values: list[float], digits: int = 4) -> str:
 
 
 def print_controller_loop(result: dict) -> None:
-    calls = [RayCallCosts(**c) for c in result["calls"]]
+    calls = {
+        (c["repeat"], c["replicas"]): RayCallCosts(c["probe_s"], c["batch_s"])
+        for c in result["calls"]
+    }
     runs = [LoopCost(**run) for run in result["runs"]]
     sizes = sorted({run.replicas for run in runs})
 
     def total(run: LoopCost) -> float:
-        return total_cpu_s_per_s(run, calls[run.repeat])
+        return total_cpu_s_per_s(run, calls[(run.repeat, run.replicas)])
 
     print()
     print(
         f"The deployment-state update, CPU-s per s, health period {result['period_s']:g} s, "
         f"{result['replicas_per_node']} replicas per node; median (min-max) over repeats. "
-        f"Ray's per-call costs, measured in each repeat and added (a controller stand-in's "
-        f"process CPU): a probe {_spread([c.probe_s * 1e6 for c in calls], 0)} us, a batch "
-        f"{_spread([c.batch_s * 1e6 for c in calls], 0)} us. 'none': health checks an "
-        f"hour apart; 'health only' takes it off both modes of the same repeat. The target "
-        f"is judged on the worst repeat."
+        f"Ray's per-call costs (a controller stand-in's process CPU, at each size's pace, "
+        f"in each repeat) added. 'none': health checks an hour apart; 'health only' takes "
+        f"it off both modes of the same repeat. The target is judged on the worst repeat."
     )
     print(
         "| replicas | mode | sweep (faked calls) | batches received | probes / s | "
-        "batches / s | with Ray's calls | push / pull | health only: push / pull | target |"
+        "batches / s | Ray's cost per call, us | with Ray's calls | push / pull | "
+        "health only: push / pull | target |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     totals: dict[str, list[tuple[int, float]]] = {mode: [] for mode in MODES}
     for size in sizes:
         by_repeat: dict[int, dict[str, float]] = {}
@@ -431,6 +477,11 @@ def print_controller_loop(result: dict) -> None:
             mode_totals = [total(run) for run in mode_runs]
             totals[mode].extend((size, value) for value in mode_totals)
             push = mode == "push"
+            per_call = [
+                (c.batch_s if push else c.probe_s) * 1e6
+                for (_, replicas), c in calls.items()
+                if replicas == size
+            ]
             verdict = f"at most {TARGET:g}: {'met' if max(ratios) <= TARGET else 'not met'}"
             print(
                 f"| {size:,} | {mode} "
@@ -438,6 +489,7 @@ def print_controller_loop(result: dict) -> None:
                 f"| {_spread([r.receive_cpu_s_per_s for r in mode_runs])} "
                 f"| {statistics.median(r.probes_per_s for r in mode_runs):.1f} "
                 f"| {statistics.median(r.batches_per_s for r in mode_runs):.1f} "
+                f"| {_spread(per_call, 0) if mode != 'none' else '-'} "
                 f"| {_spread(mode_totals)} "
                 f"| {_spread(ratios, 3) if push else '-'} "
                 f"| {_spread(health_ratios, 3) if push else '-'} "

@@ -55,7 +55,7 @@ def test_without_health_the_sweep_keeps_its_cadence():
 def test_rays_per_call_costs_are_measured_in_a_local_ray():
     from harness.bench.controller_loop import measure_ray_calls
 
-    calls = measure_ray_calls(samples=50)
+    calls = measure_ray_calls(probes_per_tick=8, batches_per_s=10.0, seconds=1.0)
     # Tens to hundreds of microseconds of process CPU each on this kind of
     # machine; a wrong idle subtraction or a count off by the samples would
     # land far outside.

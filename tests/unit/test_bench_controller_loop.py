@@ -38,7 +38,11 @@ def table(capsys, sweeps, probe_costs) -> list[str]:
         for size in (1000, 2000)
         for mode, sweep in zip(("none", "pull", "push"), modes, strict=True)
     ]
-    calls = [RayCallCosts(probe_s=cost, batch_s=0).__dict__ for cost in probe_costs]
+    calls = [
+        {"repeat": repeat, "replicas": size, **RayCallCosts(probe_s=cost, batch_s=0).__dict__}
+        for repeat, cost in enumerate(probe_costs)
+        for size in (1000, 2000)
+    ]
     print_controller_loop({"period_s": 10.0, "replicas_per_node": 32, "calls": calls, "runs": runs})
     return [line for line in capsys.readouterr().out.splitlines() if "| push |" in line]
 
