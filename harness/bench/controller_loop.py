@@ -53,6 +53,7 @@ REPEATS = 3
 # Ray's per-call costs: measured over this long at each size's pace, with the
 # probes spread over this many actors and the batches sent by this many relays.
 CALL_WINDOW_S = 4.0
+MIN_BATCHES = 60
 PROBED_ACTORS = 8
 RELAYS = 4
 TARGET = 0.2
@@ -267,7 +268,8 @@ def measure_ray_calls(
     (`check_obj_ref_ready_nowait`, then `ray.get`) and sends `probes_per_tick`
     more (`check_health.remote()`), over PROBED_ACTORS actors. Batches, as
     relays send them: RELAYS actors each keep one batch in flight, together
-    `batches_per_s`; the stand-in's handler does nothing."""
+    `batches_per_s`, staggered so batches arrive one at a time, for at least
+    MIN_BATCHES; the stand-in's handler does nothing."""
     import ray
     from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
 
@@ -331,9 +333,13 @@ def measure_ray_calls(
 
     @ray.remote(num_cpus=0)
     class Relay:
-        async def send(self, controller: Any, batch: bytes, every_s: float, seconds: float) -> int:
+        async def send(
+            self, controller: Any, batch: bytes, every_s: float, offset_s: float, seconds: float
+        ) -> int:
             import asyncio
 
+            # Staggered, as nodes' relays are: batches arrive one at a time.
+            await asyncio.sleep(offset_s)
             sent, start = 0, time.monotonic()
             while time.monotonic() - start < seconds:
                 await controller.record_replica_health_reports.remote(batch)
@@ -350,13 +356,21 @@ def measure_ray_calls(
         batch = ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
         # Warm both paths up, then the idle baseline.
         ray.get(controller.probe.remote(replicas, probes_per_tick, 1.0, 0.0))
-        ray.get([relay.send.remote(controller, batch, 0.1, 1.0) for relay in relays])
+        ray.get([relay.send.remote(controller, batch, 0.1, 0.0, 1.0) for relay in relays])
         idle = ray.get(controller.idle_cpu_s_per_s.remote(2.0))
         per_probe = ray.get(controller.probe.remote(replicas, probes_per_tick, seconds, idle))
         ray.get(controller.start.remote())
         every_s = RELAYS / batches_per_s
+        # Long enough for MIN_BATCHES, so few batches a second are not lost in
+        # the idle CPU taken off.
+        window_s = max(seconds, MIN_BATCHES / batches_per_s)
         sent = sum(
-            ray.get([relay.send.remote(controller, batch, every_s, seconds) for relay in relays])
+            ray.get(
+                [
+                    relay.send.remote(controller, batch, every_s, i * every_s / RELAYS, window_s)
+                    for i, relay in enumerate(relays)
+                ]
+            )
         )
         per_batch = ray.get(controller.since_start.remote(sent, idle))
     finally:
