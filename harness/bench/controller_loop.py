@@ -34,6 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+from harness.bench.health import median_range
 from harness.core.progress import Progress
 
 SIZES = (1000, 4000, 8000)
@@ -392,11 +393,9 @@ def total_cpu_s_per_s(cost: LoopCost, calls: RayCallCosts) -> float:
 def slope_per_1000(points: list[tuple[int, float]]) -> float:
     """Least-squares slope of CPU-s/s against replicas, per 1,000 replicas."""
     xs, ys = [x for x, _ in points], [y for _, y in points]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    if spread == 0:
+    if len(set(xs)) < 2:
         raise ValueError("a slope needs at least two sizes")
-    return 1000 * sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+    return 1000 * statistics.linear_regression(xs, ys).slope
 
 
 def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS) -> dict:
@@ -442,13 +441,6 @@ def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "bench-controller-loop.json").write_text(json.dumps(result, indent=1))
     return result
-
-
-def _spread(values: list[float], digits: int = 4) -> str:
-    return (
-        f"{statistics.median(values):.{digits}f} "
-        f"({min(values):.{digits}f}-{max(values):.{digits}f})"
-    )
 
 
 def print_controller_loop(result: dict) -> None:
@@ -499,14 +491,14 @@ def print_controller_loop(result: dict) -> None:
             verdict = f"at most {TARGET:g}: {'met' if max(ratios) <= TARGET else 'not met'}"
             print(
                 f"| {size:,} | {mode} "
-                f"| {_spread([r.sweep_cpu_s_per_s for r in mode_runs])} "
-                f"| {_spread([r.receive_cpu_s_per_s for r in mode_runs])} "
+                f"| {median_range([r.sweep_cpu_s_per_s for r in mode_runs], digits=4)} "
+                f"| {median_range([r.receive_cpu_s_per_s for r in mode_runs], digits=4)} "
                 f"| {statistics.median(r.probes_per_s for r in mode_runs):.1f} "
                 f"| {statistics.median(r.batches_per_s for r in mode_runs):.1f} "
-                f"| {_spread(per_call, 0) if mode != 'none' else '-'} "
-                f"| {_spread(mode_totals)} "
-                f"| {_spread(ratios, 3) if push else '-'} "
-                f"| {_spread(health_ratios, 3) if push else '-'} "
+                f"| {median_range(per_call, digits=0) if mode != 'none' else '-'} "
+                f"| {median_range(mode_totals, digits=4)} "
+                f"| {median_range(ratios, digits=3) if push else '-'} "
+                f"| {median_range(health_ratios, digits=3) if push else '-'} "
                 f"| {verdict if push else ''} |"
             )
     if len(sizes) > 1:

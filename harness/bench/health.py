@@ -592,14 +592,11 @@ def _ratios(push: list[float], pull: list[float]) -> list[float]:
 
 def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares slope and intercept."""
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum(
-        (x - mean_x) ** 2 for x in xs
-    )
-    return slope, mean_y - slope * mean_x
+    return tuple(statistics.linear_regression(xs, ys))  # type: ignore[return-value]
 
 
-def _range(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
+def median_range(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
+    """'median (min-max)' of `values` times `scale`, as the benches print it."""
     middle = statistics.median(values) * scale
     return (
         f"{middle:.{digits}f} ({min(values) * scale:.{digits}f}-{max(values) * scale:.{digits}f})"
@@ -636,10 +633,10 @@ def _print_health_path(runs: list[dict], sizes: tuple[int, ...]) -> None:
         ratios = _ratios(push, pull)
         verdict = "met" if max(ratios) <= 0.2 else "not met"
         print(
-            f"| {replicas} | {_range(idle, digits=5)} | {_range(pull, digits=5)} "
-            f"| {_range(push, digits=5)} | {_range(ratios, digits=3)} "
-            f"| {_range(all_pull, digits=5)} | {_range(all_push, digits=5)} "
-            f"| {_range(_ratios(all_push, all_pull), digits=3)} | at most 0.20: {verdict} |"
+            f"| {replicas} | {median_range(idle, digits=5)} | {median_range(pull, digits=5)} "
+            f"| {median_range(push, digits=5)} | {median_range(ratios, digits=3)} "
+            f"| {median_range(all_pull, digits=5)} | {median_range(all_push, digits=5)} "
+            f"| {median_range(_ratios(all_push, all_pull), digits=3)} | at most 0.20: {verdict} |"
         )
 
 
@@ -660,16 +657,16 @@ def print_health(result: dict) -> None:
     for replicas in sizes:
         for mode in MODES:
             rows = [r for r in runs if r["replicas"] == replicas and r["mode"] == mode]
-            health = "-" if mode == MODES[0] else _range(_health_cost(runs, replicas, mode))
+            health = "-" if mode == MODES[0] else median_range(_health_cost(runs, replicas, mode))
             print(
-                f"| {replicas} | {mode} | {_range([r['cpu_s'] for r in rows])} | {health} "
-                f"| {_range([r['probes'] for r in rows], digits=1)} "
+                f"| {replicas} | {mode} | {median_range([r['cpu_s'] for r in rows])} | {health} "
+                f"| {median_range([r['probes'] for r in rows], digits=1)} "
                 # Runs saved before the deferred count was read have none.
-                f"| {_range([r.get('deferred', 0.0) for r in rows], digits=1)} "
-                f"| {_range([r['batches'] for r in rows], digits=1)} "
-                f"| {_range([r['reports'] for r in rows], digits=1)} "
-                f"| {_range([r['loop_ms'] for r in rows], digits=1)} "
-                f"| {_range([r['dsm_update_ms'] for r in rows], digits=2)} |"
+                f"| {median_range([r.get('deferred', 0.0) for r in rows], digits=1)} "
+                f"| {median_range([r['batches'] for r in rows], digits=1)} "
+                f"| {median_range([r['reports'] for r in rows], digits=1)} "
+                f"| {median_range([r['loop_ms'] for r in rows], digits=1)} "
+                f"| {median_range([r['dsm_update_ms'] for r in rows], digits=2)} |"
             )
     print()
     print("| replicas | push / pull health CPU (median; worst repeat) | target |")
@@ -719,7 +716,7 @@ def print_health(result: dict) -> None:
             found = [t for t in times if t is not None]
             missed = len(times) - len(found)
             cells.append(
-                (_range(found, digits=1) if found else "")
+                (median_range(found, digits=1) if found else "")
                 + (f" ({missed} not detected)" if missed else "")
             )
         print(f"| {fault} | " + " | ".join(cells) + " |")
