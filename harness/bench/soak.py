@@ -207,4 +207,11 @@ def print_soak(results: dict[str, list[checker.Verdict]]) -> None:
         print(report.table(verdicts))
     totals = {config: sum(v.failures for v in verdicts) for config, verdicts in results.items()}
     print("\nfailures: " + ", ".join(f"{c} {n:,}" for c, n in totals.items()))
-    print(f"report: {RESULTS_DIR / 'report.md'}")
+    report_md = RESULTS_DIR / "report.md"
+    if any(totals.values()) and report_md.exists():
+        # Where a CI log is all that is left of a run, the failures must be in it.
+        text = report_md.read_text()
+        start = text.find(report.FAILURES_HEADING)
+        end = text.find("\n## ", start + 1)
+        print("\n" + text[start : end if end > 0 else None].strip())
+    print(f"report: {report_md}")

@@ -25,6 +25,8 @@ from harness.experiment.history import History
 MD_NAME = "report.md"
 JSON_NAME = "report.json"
 PNG_NAME = "timeline.png"
+# report.md's section on where and how requests failed (the soak prints it on failure)
+FAILURES_HEADING = "## Failures by fault window"
 
 
 def record_text(gap: str | None) -> str:
@@ -197,10 +199,12 @@ def _markdown(
         "## Runs",
         table(list(verdicts.values())),
         f"A run passes when at most {' / '.join(thresholds)} of its requests fail.",
-        "## Failures by fault window",
+        FAILURES_HEADING,
     ]
-    for name, verdict in verdicts.items():
+    for name, (history, verdict) in runs.items():
         parts.extend(_run_detail(name, verdict))
+        if verdict.failures:
+            parts.append(failed_requests(history, verdict))
     for heading, body in sections.items():
         parts.extend([f"## {heading}", body.strip()])
     parts.extend(
@@ -252,6 +256,30 @@ def _run_detail(name: str, v: Verdict) -> list[str]:
         out.append(_latency_table(v))
         out.append(_outcome_table(v))
     return out
+
+
+FAILED_SHOWN = 20  # a run that lost thousands says so in its counts; these are for diagnosis
+
+
+def failed_requests(history: History, v: Verdict) -> str:
+    """The run's first failed requests, one row each, with what a diagnosis
+    needs: when (from the run's first request), which connection and node, how
+    long it took, and the client's own words for the error."""
+    failed = sorted((r for r in history.requests if not r.ok), key=lambda r: r.start)
+    rows = [
+        f"Failed requests ({min(len(failed), FAILED_SHOWN)} of {len(failed):,}, the first):",
+        "",
+        "| Sent | Kind | Outcome | Took | Connection | Node | Detail |",
+        "|---:|---|---|---:|---:|---|---|",
+    ]
+    for r in failed[:FAILED_SHOWN]:
+        sent = f"{r.start - v.t0:.3f}s" + ("" if r.sent else " (never sent)")
+        detail = (r.detail or "-").replace("|", "/").replace("\n", " ")
+        rows.append(
+            f"| {sent} | {r.kind} | {r.outcome} | {r.latency:.3f}s | "
+            f"{'-' if r.conn is None else r.conn} | {r.node or '-'} | {detail} |"
+        )
+    return "\n".join(rows)
 
 
 def _latency_table(v: Verdict) -> str:

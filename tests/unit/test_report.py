@@ -64,6 +64,25 @@ def test_markdown_has_the_comparison_windows_and_sections(tmp_path: Path):
     assert "![timeline](timeline.png)" in md
 
 
+def test_a_run_that_lost_requests_lists_them_and_a_clean_run_lists_none(tmp_path: Path):
+    paths, _ = _write(tmp_path)
+    md = paths["md"].read_text()
+    assert md.count("Failed requests (") == 1  # the stock run's; the patched lost none
+    assert "Failed requests (3 of 3, the first):" in md
+    # Sent 25.0 s after the run's first request (request 250 at 10/s), 50 ms long.
+    assert "| 25.000s | short | reset | 0.050s | - | - | - |" in md
+    assert "| 30.000s | short | refused | 0.050s | - | - | - |" in md
+
+
+def test_the_failed_requests_shown_are_bounded(tmp_path: Path):
+    from harness.experiment.report import FAILED_SHOWN, failed_requests
+
+    history = _run("x", dict.fromkeys(range(100, 100 + FAILED_SHOWN + 5), "timeout"))
+    listing = failed_requests(history, check(history))
+    assert f"({FAILED_SHOWN} of {FAILED_SHOWN + 5:,}, the first)" in listing
+    assert listing.count("| timeout |") == FAILED_SHOWN
+
+
 def test_the_first_three_lines_say_the_images_what_each_lost_and_its_verdict(tmp_path: Path):
     paths, _ = _write(tmp_path)
     first = paths["md"].read_text().splitlines()[:3]

@@ -120,3 +120,38 @@ def test_a_run_that_fails_leaves_the_line_while_the_others_go_on(monkeypatch, tm
     (line,) = seen
     assert f"run 2/2 ({defaults} #1): under load" in line
     assert f"{ladder} #1" not in line
+
+
+def test_a_failed_run_prints_where_and_how_its_requests_failed(monkeypatch, tmp_path, capsys):
+    """CI keeps only what the soak prints: a run over the threshold puts its
+    failures (fault windows, classes, each failed request) in the output."""
+    monkeypatch.setattr(soak, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: "node:patched")
+
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load):
+        history = History({"label": label, "claim": ladder is not None})
+        history.add_request(Request("short", T, T + 0.1, 200, None))
+        if ladder is not None:
+            history.add_request(Request("long", T + 2, T + 2.5, None, "reset", detail="peer reset"))
+        return history, checker.check(history)
+
+    monkeypatch.setattr(soak, "one_run", one_run)
+    soak.print_soak(soak.soak(1, 1.0, parallel=1))
+    out = capsys.readouterr().out
+    assert "## Failures by fault window" in out
+    assert "| 2.000s | long | reset | 0.500s | - | - | peer reset |" in out
+    assert "## Timeline" not in out  # the section alone, not the rest of the report
+
+
+def test_a_clean_soak_prints_no_failure_section(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(soak, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: "node:patched")
+
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load):
+        history = History({"label": label, "claim": ladder is not None})
+        history.add_request(Request("short", T, T + 0.1, 200, None))
+        return history, checker.check(history)
+
+    monkeypatch.setattr(soak, "one_run", one_run)
+    soak.print_soak(soak.soak(1, 1.0, parallel=1))
+    assert "Failures by fault window" not in capsys.readouterr().out
