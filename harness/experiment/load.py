@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import random
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 
 from harness.experiment.history import (
     CLIENT,
@@ -306,7 +308,13 @@ class LoadSpec:
 
 
 async def open_loop(
-    host: str, port: int, spec: LoadSpec, history: History, stop: asyncio.Event | None = None
+    host: str,
+    port: int,
+    spec: LoadSpec,
+    history: History,
+    stop: asyncio.Event | None = None,
+    start: float | None = None,
+    first_connection: int = 0,
 ) -> None:
     """Open loop: request k is due at t0 + k/rate whether or not earlier ones
     finished, so a slow cluster shows up as latency and errors, not as a lower
@@ -318,11 +326,15 @@ async def open_loop(
 
     Every request scheduled here gets exactly one row: one that never found a
     free connection in time is a TIMEOUT, and one still running when the loop
-    ends (or is cancelled) is UNFINISHED."""
+    ends (or is cancelled) is UNFINISHED.
+
+    `start` is when the first request is due (default: now); connections are
+    numbered from `first_connection` (open_loop_processes gives each process
+    its own range)."""
     rng = random.Random(spec.seed)
     idle: asyncio.Queue[HTTPConnection] = asyncio.Queue()
     for number in range(spec.connections):
-        idle.put_nowait(HTTPConnection(host, port, number))
+        idle.put_nowait(HTTPConnection(host, port, first_connection + number))
     loop = asyncio.get_running_loop()
     # Tickets whose task has not run yet: a task cancelled before its first
     # step never reaches its own bookkeeping, so the loop records those.
@@ -369,7 +381,7 @@ async def open_loop(
 
     tasks: set[asyncio.Task] = set()
     try:
-        t0 = time.time()
+        t0 = time.time() if start is None else start
         for k in range(spec.max_requests):
             due = t0 + k / spec.rate
             if due - t0 >= spec.duration_s or (stop is not None and stop.is_set()):
@@ -397,6 +409,64 @@ async def open_loop(
             never_sent(ticket, kind, due, UNFINISHED, "the run ended before it was due to start")
         while not idle.empty():
             idle.get_nowait().close()
+
+
+# Processes start and import this module in well under a second; the schedule
+# starts this long after they were asked for, so none begins behind.
+PROCESS_START_S = 2.0
+CONNECTIONS_PER_PROCESS = 100_000  # connection numbers: process i from i x this
+
+
+async def open_loop_processes(
+    host: str, port: int, spec: LoadSpec, history: History, processes: int
+) -> None:
+    """The open loop of `spec` split over `processes` OS processes, for a rate
+    one process cannot keep (one core's worth of asyncio): process i sends
+    requests i, i + N, i + 2N, ... of the one schedule, on its own share of
+    the connections and its own draw of the mix, as `open_loop` does. Every
+    row comes back into `history` under a ticket of its own, each process's
+    in the order it scheduled them, so the record is as complete as one
+    process's: a ticket a process scheduled and never recorded stays a gap
+    the checker fails on. Bounded as `open_loop` is (duration, count, and each
+    request's timeout); there is no `stop`."""
+    if processes <= 1:
+        await open_loop(host, port, spec, history)
+        return
+    start = time.time() + PROCESS_START_S
+    parts = [
+        (
+            replace(
+                spec,
+                rate=spec.rate / processes,
+                connections=max(1, spec.connections // processes),
+                max_requests=-(-(spec.max_requests - i) // processes),
+                seed=spec.seed * 1000 + i,
+            ),
+            start + i / spec.rate,
+            i * CONNECTIONS_PER_PROCESS,
+        )
+        for i in range(processes)
+    ]
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = await asyncio.gather(
+            *(loop.run_in_executor(pool, _open_loop_part, host, port, *part) for part in parts)
+        )
+    for scheduled, rows in done:
+        tickets = [history.schedule() for _ in range(scheduled)]
+        for row in rows:
+            assert row.id is not None  # History.record gave it the process's ticket
+            history.record(tickets[row.id], row)
+
+
+def _open_loop_part(
+    host: str, port: int, spec: LoadSpec, start: float, first_connection: int
+) -> tuple[int, list[Request]]:
+    """One process's share of open_loop_processes: how many it scheduled, and
+    its rows (each with its ticket in this process)."""
+    part = History()
+    asyncio.run(open_loop(host, port, spec, part, start=start, first_connection=first_connection))
+    return part.scheduled, part.requests
 
 
 async def websocket_session(

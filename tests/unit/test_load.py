@@ -15,6 +15,7 @@ from harness.experiment.load import (
     Mix,
     closed_loop,
     open_loop,
+    open_loop_processes,
     send,
     websocket_session,
 )
@@ -176,6 +177,53 @@ def test_open_loop_honours_the_request_cap():
         return history
 
     assert len(run(main()).requests) == 25
+
+
+def test_open_loop_split_over_processes_is_the_one_schedule_with_one_row_each():
+    """Two processes, one schedule: their requests interleave (due times 1/rate
+    apart across both), every ticket has exactly one row, the rows name each
+    process's own connections, and the errors are the same classes."""
+
+    async def slow_then_ok(reader, writer):
+        await _read_request(reader)
+        writer.write(_response(503, b"busy"))
+        await writer.drain()
+        await _keepalive_ok(reader, writer)
+
+    async def main():
+        server, port = await _serve(slow_then_ok)
+        history = History()
+        spec = LoadSpec(rate=100, duration_s=1.0, connections=4, mix=Mix())
+        await open_loop_processes("127.0.0.1", port, spec, history, processes=2)
+        server.close()
+        return history
+
+    history = run(main())
+    assert history.scheduled == len(history.requests) == 100
+    assert history.record_gap() is None
+    assert sorted(r.id for r in history.requests) == list(range(100))
+    dues = sorted(r.scheduled for r in history.requests)
+    gaps = [b - a for a, b in zip(dues, dues[1:], strict=False)]
+    assert min(gaps) == pytest.approx(0.01, abs=1e-6)
+    assert max(gaps) == pytest.approx(0.01, abs=1e-6)
+    # Two connections each (4 split over 2), numbered apart per process.
+    assert {r.conn for r in history.requests} == {0, 1, 100_000, 100_001}
+    # Each connection's first answer is the server's 503.
+    assert sum(r.error == "503" for r in history.requests) == 4
+    assert sum(r.ok for r in history.requests) == 96
+
+
+def test_open_loop_split_over_processes_honours_the_request_cap():
+    async def main():
+        server, port = await _serve(_keepalive_ok)
+        history = History()
+        spec = LoadSpec(rate=500, duration_s=10, max_requests=25)
+        await open_loop_processes("127.0.0.1", port, spec, history, processes=3)
+        server.close()
+        return history
+
+    history = run(main())
+    assert len(history.requests) == history.scheduled == 25
 
 
 # --- the record is complete: one row per scheduled request, whatever the server does
