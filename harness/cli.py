@@ -169,7 +169,7 @@ def _run_help(format_help) -> str:
 def cmd_run(args) -> None:
     import inspect
 
-    from harness.cluster import images
+    from harness.cluster import clusterfile, images
     from harness.core.errors import HarnessError
     from harness.scenarios import SCENARIOS, run_scenario
 
@@ -184,14 +184,27 @@ def cmd_run(args) -> None:
                 f"{args.scenario} runs no timeout ladder, so --scale does not apply to it"
             )
         options["scale"] = args.scale
-    _print_outcome(run_scenario(scenario_class(**options), specs, parallel=args.parallel))
+    cluster_file = clusterfile.load(Path(args.cluster)) if args.cluster else None
+    if cluster_file and args.parallel > 1:
+        raise HarnessError("--parallel does not apply with --cluster: one cluster, one run")
+    scenario = scenario_class(**options)
+    _print_outcome(run_scenario(scenario, specs, parallel=args.parallel, cluster_file=cluster_file))
 
 
 def cmd_scenarios(args) -> None:
-    """The scenario list `run --help` ends with, alone (`make help` prints it)."""
-    from harness.scenarios import scenario_list
+    """The scenario list `run --help` ends with, alone (`make help` prints it);
+    with --env, the node settings one scenario starts its clusters with."""
+    from harness.scenarios import SCENARIOS, node_env, scenario_list
 
-    print(scenario_list())
+    if args.env is None:
+        print(scenario_list())
+        return
+    if args.env not in SCENARIOS:
+        from harness.core.errors import HarnessError
+
+        raise HarnessError(f"unknown scenario {args.env!r}; known: {', '.join(SCENARIOS)}")
+    for name, value in node_env(SCENARIOS[args.env]()).items():
+        print(f"{name}={value}")
 
 
 def cmd_analyze(args) -> None:
@@ -291,7 +304,7 @@ def cmd_bench_stop(args) -> None:
 
 def cmd_up(args) -> None:
     from harness.cluster import appconfigs, engine, images
-    from harness.cluster.cluster import Cluster, ClusterConfig
+    from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig
 
     leftovers = engine.labelled_containers(args.name)
     if leftovers and sys.stdin.isatty():
@@ -302,6 +315,12 @@ def cmd_up(args) -> None:
         )
         if answer.strip().lower() in ("y", "yes"):
             engine.remove_labelled(args.name)
+    if args.cluster_file and not os.access(Path(args.cluster_file).resolve().parent, os.W_OK):
+        from harness.core.errors import HarnessError
+
+        raise HarnessError(
+            f"cannot write the cluster file {args.cluster_file}: its folder is not writable"
+        )
     tag = images.ensure_node_image(images.ImageSpec.parse(args.image))
     # Detached: the cluster outlives this process, so the reaper leaves it alone.
     cluster = Cluster(
@@ -311,6 +330,11 @@ def cmd_up(args) -> None:
             workers=args.workers,
             lb_port=args.port or None,
             detached=True,
+            # What `run --cluster` needs of a cluster: its dashboard, the "w"
+            # resource on workers, and metrics to read.
+            dashboard=bool(args.cluster_file),
+            worker_resources={"w": 10} if args.cluster_file else {},
+            metrics_port=METRICS_PORT if args.cluster_file else None,
         )
     )
     try:
@@ -330,6 +354,12 @@ def cmd_up(args) -> None:
         f"cluster {args.name!r} is up: {cluster.url}  "
         f"(`python -m harness down --name {args.name}` removes it)"
     )
+    if args.cluster_file:
+        Path(args.cluster_file).write_text(cluster.cluster_file_text())
+        print(
+            f"its cluster file: {args.cluster_file} "
+            f"(`python -m harness run spot_preemption --cluster {args.cluster_file}`)"
+        )
 
 
 def cmd_down(args) -> None:
@@ -364,9 +394,13 @@ def cmd_status(args) -> None:
 
 def cmd_soak(args) -> None:
     from harness.bench import soak
+    from harness.cluster import clusterfile
     from harness.core.errors import VerdictFailed
 
-    results = soak.soak(args.runs, args.minutes, args.interval, parallel=args.parallel)
+    cluster_file = clusterfile.load(Path(args.cluster)) if args.cluster else None
+    results = soak.soak(
+        args.runs, args.minutes, args.interval, parallel=args.parallel, cluster_file=cluster_file
+    )
     soak.print_soak(results)
     # The ladder is the claim; Ray's defaults are the comparison, reported only.
     failed = [v.label for v in results[soak.LADDER_CONFIG] if not v.passed]
@@ -614,11 +648,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="scale the timeout ladder (spot_preemption): 1 is the spot-notice "
         "ladder's own times (the default), 0.5 halves every one of them",
     )
+    p.add_argument(
+        "--cluster",
+        metavar="FILE",
+        help="run once on a Ray cluster the harness did not start, described by FILE "
+        "(its dashboard, its ingress, and commands that act on a node; see README.md, "
+        "'Your own cluster'). Its Serve apps are replaced by the scenario's",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
         "scenarios",
         help="list the scenarios: what each exercises and the images it compares by default",
+    )
+    p.add_argument(
+        "--env",
+        metavar="SCENARIO",
+        help="print instead the environment SCENARIO starts every node of its clusters with "
+        "(patched, its flags on): what your own cluster's nodes need for `run --cluster`",
     )
     p.set_defaults(func=cmd_scenarios)
 
@@ -722,6 +769,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="run this many at once, each on its own cluster (default: 2, each run number's "
         "two configurations side by side; 1: one after the other)",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="FILE",
+        help="the spot-notice ladder's runs, one after the other, on a Ray cluster the "
+        "harness did not start (README.md, 'Your own cluster'); FILE must give the "
+        "terminate and add commands",
     )
     p.set_defaults(func=cmd_soak)
 
@@ -839,6 +893,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "--port", type=int, default=18000, help="front LB port on 127.0.0.1 (0: a free one)"
             )
             p.add_argument("--no-app", action="store_true", help="do not deploy the echo app")
+            p.add_argument(
+                "--cluster-file",
+                metavar="FILE",
+                help="also run Ray's dashboard on the head's address and write FILE, a "
+                "cluster file that reaches this cluster as `run --cluster` reaches your own",
+            )
         else:
             p.add_argument("--all", action="store_true", help="every harness cluster")
     return parser

@@ -47,7 +47,8 @@ import time
 import tracemalloc
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import HARNESS_MOUNT, METRICS_PORT, Cluster, ClusterConfig, Node
+from harness.cluster.boundary import Node
+from harness.cluster.cluster import HARNESS_MOUNT, METRICS_PORT, Cluster, ClusterConfig
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin

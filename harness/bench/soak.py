@@ -25,11 +25,15 @@ import time
 from collections.abc import Callable
 
 from harness.cluster import appconfigs, images, runs
+from harness.cluster.boundary import RayCluster
 from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.cluster.clusterfile import ClusterFile
+from harness.cluster.existing import ExistingCluster
 from harness.core import log, paths
 from harness.core.pin import load_pin
 from harness.core.progress import Progress
 from harness.experiment import checker, report
+from harness.experiment.configs import SERIES_SETTINGS
 from harness.experiment.history import History, clear_histories, history_name
 from harness.experiment.load import LoadSpec, Mix, open_loop
 from harness.experiment.nemesis import spot_preemption
@@ -47,6 +51,9 @@ FIRST_NOTICE_S = 20.0  # steady load before the first notice
 TAIL_S = 15.0
 LADDER_CONFIG = "spot-notice ladder"
 CONFIGS: dict[str, Ladder | None] = {LADDER_CONFIG: Ladder(), "Ray 2.60.0 defaults": None}
+# What a cluster file must give for the soak: each preemption ends with a
+# terminate and is followed by a replacement node.
+NEEDS = {"terminate", "add"}
 
 
 def _apps(ladder: Ladder | None) -> dict:
@@ -58,7 +65,7 @@ def _apps(ladder: Ladder | None) -> dict:
 
 
 async def _preempt_on_schedule(
-    cluster: Cluster,
+    cluster: RayCluster,
     history: History,
     duration_s: float,
     interval_s: float,
@@ -89,8 +96,10 @@ def one_run(
     interval_s: float,
     rate: float,
     on_load: Callable[[], None] = lambda: None,
+    cluster: RayCluster | None = None,
 ) -> tuple[History, checker.Verdict]:
-    """One run on a cluster of its own; `on_load()` as the load starts."""
+    """One run on a cluster of its own, or on `cluster` (an existing one, as
+    its nodes are configured); `on_load()` as the load starts."""
     # Ray's defaults are the comparison, not the claim: `analyze` judges their
     # runs for the report without failing on them, as `make soak` does.
     history = History({"label": label, "claim": ladder is not None})
@@ -99,11 +108,13 @@ def one_run(
     # The client waits longer than any server-side bound, so what it records is
     # the cluster's answer, not its own impatience.
     timeout_s = (ladder.known_request_timeout_s if ladder else 60.0) + 30
-    with Cluster(
-        ClusterConfig(
-            image=tag, name="rayspot-soak", workers=2, env=env, worker_resources={"w": 10}
+    if cluster is None:
+        cluster = Cluster(
+            ClusterConfig(
+                image=tag, name="rayspot-soak", workers=2, env=env, worker_resources={"w": 10}
+            )
         )
-    ) as cluster:
+    with cluster:
         cluster.deploy(_apps(ladder), timeout_s=300)
         cluster.wait_lb_ready(cluster.nodes)
 
@@ -116,7 +127,7 @@ def one_run(
                 mix=Mix(short=0.85, long=0.10, stream=0.05, long_s=long_s, long_path="/long/"),
                 timeout_s=timeout_s,
             )
-            load = asyncio.create_task(open_loop("127.0.0.1", cluster.lb_port, spec, history))
+            load = asyncio.create_task(open_loop(*cluster.ingress, spec, history))
             on_load()
             preemptions = await _preempt_on_schedule(
                 cluster, history, duration_s, interval_s, started, label
@@ -143,22 +154,38 @@ def soak(
     interval_s: float = 180.0,
     rate: float = 20.0,
     parallel: int = len(CONFIGS),
+    cluster_file: ClusterFile | None = None,
 ) -> dict[str, list[checker.Verdict]]:
     """Every configuration `runs_each` times, each run `minutes` long, on the
     patched image with every flag at its default; `parallel` runs at once, each
     on its own cluster (by default one number's runs of every configuration
     side by side, as a scenario runs its images). Writes build/results/soak/
-    (report, timelines, histories)."""
-    spec = images.ImageSpec(load_pin().ray.version, "patched")
-    tag = images.ensure_node_image(spec)
+    (report, timelines, histories).
+
+    With `cluster_file`, the spot-notice ladder's runs only, one after the
+    other, on that cluster as its nodes are configured (its Ray, flags and
+    node env are read from it and saved with each run)."""
     title = (
         f"Soak: {runs_each} x {minutes:g} min per configuration, "
         f"a spot notice every {interval_s:g} s"
     )
+    existing = None
+    configs = CONFIGS
+    if cluster_file is None:
+        tag = images.ensure_node_image(images.ImageSpec(load_pin().ray.version, "patched"))
+    else:
+        existing = ExistingCluster.prepare(cluster_file, NEEDS, "the soak", SERIES_SETTINGS)
+        ladder = CONFIGS[LADDER_CONFIG]
+        assert ladder is not None  # the spot-notice ladder's configuration has one
+        existing.compare_env(ladder.node_env())
+        tag = f"existing cluster at {cluster_file.dashboard}"
+        configs = {LADDER_CONFIG: CONFIGS[LADDER_CONFIG]}
+        parallel = 1
+        title += f", on the {existing.found['version']} {existing.flavor} {tag}"
     clear_histories(RESULTS_DIR)
     # Run number first, so that one number's configurations run side by side;
     # the report lists each configuration's runs together, in `order`.
-    plan = [(config, number) for number in range(1, runs_each + 1) for config in CONFIGS]
+    plan = [(config, number) for number in range(1, runs_each + 1) for config in configs]
 
     def run(index: int, planned: tuple[str, int]) -> tuple[History, checker.Verdict]:
         config, number = planned
@@ -171,19 +198,22 @@ def soak(
             history, verdict = one_run(
                 tag,
                 label,
-                CONFIGS[config],
+                configs[config],
                 minutes * 60,
                 interval_s,
                 rate,
                 # The plan is the load's minutes: they start once the apps are up.
                 on_load=lambda: progress.begin(f"{what}: under load", minutes * 60, key=label),
+                **({"cluster": existing} if existing else {}),
             )
         finally:
             # A run that failed is not running either (--parallel: the others go on).
             progress.end(key=label)
         # What `analyze` needs to lay the runs out as this report does.
-        order = list(CONFIGS).index(config) * runs_each + number - 1
+        order = list(configs).index(config) * runs_each + number - 1
         history.meta.update(order=order, title=title)
+        if existing is not None:  # what the cluster was found running
+            history.meta["cluster"] = existing.found
         history.save(RESULTS_DIR / history_name(label))
         return history, verdict
 
@@ -195,10 +225,11 @@ def soak(
         numbers = range(1, runs_each + 1)
         recorded = {
             history.meta["label"]: (history, verdict)
-            for history, verdict in (done[(config, n)] for config in CONFIGS for n in numbers)
+            for history, verdict in (done[(config, n)] for config in configs for n in numbers)
         }
-        report.write_report(RESULTS_DIR, title, recorded)
-    return {config: [done[(config, n)][1] for n in numbers] for config in CONFIGS}
+        sections = {"The cluster": report.cluster_section(existing.found)} if existing else {}
+        report.write_report(RESULTS_DIR, title, recorded, sections)
+    return {config: [done[(config, n)][1] for n in numbers] for config in configs}
 
 
 def print_soak(results: dict[str, list[checker.Verdict]]) -> None:

@@ -1,2 +1,3 @@
-"""The Docker boundary: images, clusters, the front load balancer, the in-cluster
-agent and the apps."""
+"""Clusters: the boundary scenarios see (boundary.py), the Docker cluster the
+harness starts, an existing cluster it is pointed at, images, the front load
+balancer, the in-cluster agent and the apps."""

@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import io
 import json
-import re
-import shlex
 import tarfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from harness.cluster import engine, frontlb, runs
+from harness.cluster.boundary import Node, ProcessWatch, RayCluster, log_time, watch_script
 from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import ROOT
@@ -40,6 +37,7 @@ from harness.core.paths import ROOT
 _log = log.get(__name__)
 
 HEAD_PORT = 6379
+DASHBOARD_PORT = 8265
 RAY_STARTED = "Ray runtime started."  # what `ray start` prints once its node is up
 SERVE_PORT = 8000
 METRICS_PORT = 8090  # a node's metrics agent, for a config that reads Ray's metrics
@@ -77,25 +75,19 @@ class ClusterConfig:
     # Meant to outlive the process that starts it (`python -m harness up`): the
     # reaper leaves it alone; `down --name` or `down --all` removes it.
     detached: bool = False
+    # Ray's dashboard on the head's address (DASHBOARD_PORT), for a client on
+    # this host that reaches the cluster as an existing one would be reached.
+    dashboard: bool = False
 
     @property
     def node_env(self) -> dict[str, str]:
         return {**SERVE_ENV, **self.env}
 
 
-@dataclass
-class Node:
-    role: str  # "head" | "worker" | "lb"
-    name: str
-    ip: str
-    # The engine's handle on the node's container. Only this module passes it
-    # on, to the engine: everyone else asks the Cluster to act on a node.
-    handle: object = field(default=None, repr=False, compare=False)
-
-
-class Cluster:
+class Cluster(RayCluster):
     """Use as a context manager: leaving the block tears everything down,
-    whatever happened inside it (exception, Ctrl-C)."""
+    whatever happened inside it (exception, Ctrl-C). A node's handle is its
+    container."""
 
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
@@ -134,6 +126,18 @@ class Cluster:
         return f"http://127.0.0.1:{self.config.lb_port}"
 
     @property
+    def ingress(self) -> tuple[str, int]:
+        return "127.0.0.1", self.lb_port
+
+    @property
+    def serve_port(self) -> int:
+        return SERVE_PORT
+
+    @property
+    def gcs_address(self) -> str:
+        return f"{self.head.ip}:{HEAD_PORT}"
+
+    @property
     def lb_port(self) -> int:
         """The front LB's port on 127.0.0.1, known once it started (it may be picked then)."""
         if self.config.lb_port is None:
@@ -164,7 +168,15 @@ class Cluster:
                 "--head",
                 "--block",
                 f"--port={HEAD_PORT}",
-                "--include-dashboard=false",
+                *(
+                    [
+                        "--include-dashboard=true",
+                        "--dashboard-host=0.0.0.0",
+                        f"--dashboard-port={DASHBOARD_PORT}",
+                    ]
+                    if cfg.dashboard
+                    else ["--include-dashboard=false"]
+                ),
                 "--disable-usage-stats",
                 *self._resource_args(),
             ],
@@ -207,6 +219,24 @@ class Cluster:
         frontlb.register(self._run_in_lb, node, SERVE_PORT)
         log.progress(_log, f"cluster: {node.name} joined and registered with the front LB", started)
         return node
+
+    def cluster_file_text(self) -> str:
+        """A cluster file (clusterfile.py) that reaches this cluster as a user's
+        own is reached: its dashboard (needs `dashboard`), the front LB as the
+        ingress, `docker kill` of the node's container as terminate."""
+        if not self.config.dashboard:
+            raise HarnessError(f"cluster {self.config.name} runs no dashboard to reach it by")
+        lines = [
+            f'dashboard = "http://{self.head.ip}:{DASHBOARD_PORT}"',
+            f'ingress = "{self.url}"',
+            f"serve_port = {SERVE_PORT}",
+            *([f"metrics_port = {self.config.metrics_port}"] if self.config.metrics_port else []),
+            "",
+            "[commands]",
+            # A node's container is NAME-RUN-ROLE, and its Ray node name is its role.
+            f'terminate = "docker kill {self._resource_name("")}{{name}}"',
+        ]
+        return "\n".join(lines) + "\n"
 
     def down(self) -> tuple[int, int]:
         """Remove everything this run created, and nothing of any other run."""
@@ -288,7 +318,9 @@ class Cluster:
         name = self._resource_name(role)
         container = engine.run_container(
             cfg.image,
-            command,
+            # The Ray node name is the role, as the hostname is (Ray's default
+            # is the IP): what a cluster file's {name} is for this cluster.
+            [*command, f"--node-name={role}"],
             name=name,
             hostname=role,
             network=self._network_name,
@@ -364,6 +396,13 @@ class Cluster:
         """How the node's main process ended: exit code, OOM kill, when."""
         return engine.exit_state(node.handle)
 
+    def exit_time(self, node: Node) -> float | None:
+        """When the container's PID 1 (`ray start --block`) ended by itself."""
+        state = self.exit_state(node)
+        if state.oom_killed or state.exit_code == 137:
+            return None
+        return state.finished_at
+
     def kill(self, node: Node) -> bool:
         """SIGKILL the whole node. True if it had already exited by itself (a
         drained, idle raylet shuts down on its own and `ray start --block` ends)."""
@@ -414,16 +453,6 @@ class Cluster:
         config = self.exec_head(["gcs-health-config"])
         return config["failure_threshold"] * config["period_ms"] / 1000
 
-    def node_of(self, ray_node_id: str) -> Node:
-        """The node a Ray node id names (by its address)."""
-        for ray_node in self.alive_ray_nodes():
-            if ray_node["NodeID"] == ray_node_id:
-                ip = ray_node["NodeManagerAddress"]
-                for node in self.nodes:
-                    if node.ip == ip:
-                        return node
-        raise HarnessError(f"no node of this cluster is Ray node {ray_node_id}")
-
     def lb_exclude(self, node: Node) -> None:
         """Stop the front LB sending the node new requests (maintenance), as a
         user routes around a node they do not serve from."""
@@ -433,7 +462,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ queries
 
-    def exec_head(self, args: list[str], check: bool = True) -> Any:
+    def exec_head(self, args: list[str], check: bool = True, timeout_s: float = 120) -> Any:
         """Run the in-cluster agent, `python -m harness.cluster.agent ARGS`, in the
         head; its JSON answer, a dict or a list shaped by the command (see
         harness/cluster/agent)."""
@@ -447,6 +476,9 @@ class Cluster:
                 f"no answer from `harness.cluster.agent {args[0]}` (exit {code}):\n{out[-2000:]}"
             )
         return json.loads(lines[-1])
+
+    def ray_nodes(self) -> list[dict[str, Any]]:
+        return self.exec_head(["nodes"])
 
     def alive_ray_nodes(self) -> list[dict[str, Any]]:
         """The GCS's alive nodes; none while it cannot answer yet (it may be
@@ -470,51 +502,8 @@ class Cluster:
             )
         return result
 
-    def ray_node_ids(self) -> dict[str, str]:
-        """Container name -> Ray node id (hex) of every alive node, matched by IP,
-        from one question to the GCS."""
-        by_ip = {
-            info["NodeManagerAddress"]: info["NodeID"]
-            for info in self.exec_head(["nodes"])
-            if info["Alive"]
-        }
-        return {node.name: by_ip[node.ip] for node in self.nodes if node.ip in by_ip}
-
-    def ray_node_id(self, node: Node) -> str:
-        """The Ray node id (hex) of a container."""
-        try:
-            return self.ray_node_ids()[node.name]
-        except KeyError:
-            raise HarnessError(f"no alive Ray node has {node.name}'s address {node.ip}") from None
-
-    def ray_node(self, node_id: str) -> dict[str, Any]:
-        for info in self.exec_head(["nodes"]):
-            if info["NodeID"] == node_id:
-                return info
-        raise HarnessError(f"the GCS does not know node {node_id}")
-
     def actors(self) -> list[dict[str, Any]]:
         return self.exec_head(["actors"])
-
-    def replica_names(self, app: str, deployment: str) -> set[str]:
-        """Actor names of a deployment's alive replicas (they embed the replica id)."""
-        return {
-            a["name"] for actors in self.replicas_by_node(app, deployment).values() for a in actors
-        }
-
-    def replicas_by_node(self, app: str, deployment: str) -> dict[str, list[dict[str, Any]]]:
-        """Alive replica actors of a deployment, by Ray node id."""
-        by_node: dict[str, list[dict[str, Any]]] = {}
-        for actor in self.actors():
-            if actor["class"] == f"ServeReplica:{app}:{deployment}" and actor["state"] == "ALIVE":
-                by_node.setdefault(actor["node_id"], []).append(actor)
-        return by_node
-
-    def controller_pid(self) -> int:
-        for actor in self.actors():
-            if actor["name"] == "SERVE_CONTROLLER_ACTOR" and actor["state"] == "ALIVE":
-                return actor["pid"]
-        raise HarnessError("no alive Serve controller; is an app deployed?")
 
     def log_lines(
         self, node: Node, needles: list[str], where: str = "/logs/serve/"
@@ -534,7 +523,7 @@ class Cluster:
                 assert file is not None  # a regular file's member has its data
                 for raw in file.read().decode(errors="replace").splitlines():
                     if any(needle in raw for needle in needles):
-                        stamp = _log_time(raw)
+                        stamp = log_time(raw)
                         if stamp is not None:
                             found.append((stamp, raw))
         return sorted(found)
@@ -551,11 +540,6 @@ class Cluster:
         )
         _, text = self.exec_in(node, ["python", "-c", fetch])
         return text
-
-    def metric_total(self, name: str, node: Node | None = None) -> float:
-        """The sum over all label sets of a metric a node exports; e.g. a
-        histogram's `_count`."""
-        return sample_total(self.metrics_text(node), name)
 
     def process_cpu_s(self, node: Node, pid: int) -> float:
         """utime + stime of a process in a node, in seconds."""
@@ -577,13 +561,15 @@ class Cluster:
         change, looked at every `every_s` by one command in the node: a
         `docker exec` per look costs the engine ~0.05 core-seconds, which at
         4 looks a second is a tenth of this host's two cores."""
-        script = (
-            'echo "pid $$"; prev=x; '
-            f"while :; do cur=$(pgrep -x {shlex.quote(name)} | tr '\\n' ' '); "
-            'if [ "$cur" != "$prev" ]; then echo "at $(date +%s.%N) $cur"; prev=$cur; fi; '
-            f"sleep {every_s:g}; done"
-        )
-        return ProcessWatch(self, node, engine.exec_lines(node.handle, ["sh", "-c", script]))
+        lines = engine.exec_lines(node.handle, ["sh", "-c", watch_script(name, every_s)])
+        first = next(lines, "")
+        pid = first.removeprefix("pid ").strip() if first.startswith("pid ") else None
+
+        def stop() -> None:
+            if pid:
+                self.exec_in(node, ["kill", pid], check=False)
+
+        return ProcessWatch(lines, stop)
 
     def _run_in_lb(self, argv: list[str]) -> tuple[int, str]:
         if self.lb is None:
@@ -639,63 +625,3 @@ class Cluster:
                 logs = self.logs(node, tail=15)
                 dead.append(f"{node.name} is {status}; last log lines:\n{logs}")
         return "\n".join(dead) or "All containers are running; see `docker logs <name>`."
-
-
-_LOG_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
-
-
-@dataclass
-class Sample:
-    """One sample of a Prometheus metric: its labels and value."""
-
-    labels: dict[str, str]
-    value: float
-
-
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_samples(text: str, name: str) -> list[Sample]:
-    """The samples of metric `name` in a Prometheus text exposition."""
-    pattern = rf"^{re.escape(name)}(?:\{{(.*)\}})? ([0-9.e+-]+|NaN|[+-]Inf)$"
-    return [
-        Sample(dict(_LABEL.findall(m.group(1) or "")), float(m.group(2)))
-        for m in re.finditer(pattern, text, re.M)
-    ]
-
-
-def sample_total(text: str, name: str) -> float:
-    """The sum of metric `name` over all its label sets in a Prometheus text
-    exposition; 0 where it is not exported."""
-    return sum(s.value for s in parse_samples(text, name))
-
-
-def _log_time(line: str) -> float | None:
-    """Serve lines start `LEVEL YYYY-MM-DD HH:MM:SS,mmm`, raylet lines
-    `[YYYY-MM-DD HH:MM:SS,mmm`; both in the container's clock, the host's, UTC."""
-    match = _LOG_STAMP.search(line[:40])
-    if not match:
-        return None
-    stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
-    return stamp.replace(tzinfo=UTC).timestamp()
-
-
-class ProcessWatch:
-    """What `Cluster.watch_processes` started: iterate for (time, PIDs) at
-    each change, the first being the PIDs at the start; `stop()` ends the
-    command in the node (its removal would too)."""
-
-    def __init__(self, cluster: Cluster, node: Node, lines: Iterator[str]):
-        self._cluster, self._node, self._lines = cluster, node, lines
-        first = next(lines, "")
-        self._pid = first.removeprefix("pid ").strip() if first.startswith("pid ") else None
-
-    def __iter__(self) -> Iterator[tuple[float, set[int]]]:
-        for line in self._lines:
-            if line.startswith("at "):
-                stamp, *pids = line.removeprefix("at ").split()
-                yield float(stamp), {int(pid) for pid in pids}
-
-    def stop(self) -> None:
-        if self._pid:
-            self._cluster.exec_in(self._node, ["kill", self._pid], check=False)

@@ -24,6 +24,11 @@ RUNTIME_SERVERS_MASTER_WORKER = {
 }
 # Replicas report their health to their node's proxy instead of being probed.
 PUSH_HEALTH = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
+# The settings the patch series adds: a Serve that reads any of them is patched.
+SERIES_SETTINGS = (
+    *PUSH_HEALTH,
+    *RUNTIME_SERVERS_MASTER_WORKER,
+)
 # Ray exports its metrics every second, so a run reads counters that are current.
 FAST_METRICS = {"RAY_metrics_report_interval_ms": "1000"}
 # And the HAProxy manager reads its counters (reloads, membership updates)

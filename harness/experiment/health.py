@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from harness.cluster.cluster import Cluster, sample_total
+from harness.cluster.boundary import RayCluster, Unavailable, sample_total
 
 PERIOD_S = 2.0  # health_check_period_s
 TIMEOUT_S = 2.0  # health_check_timeout_s
@@ -39,13 +39,17 @@ VERDICTS = ["times in a row, marking it unhealthy", "crashed, marking it unhealt
 
 
 def wait_for_unhealthy(
-    cluster: Cluster, replica: str | None, since: float, timeout_s: float
+    cluster: RayCluster, replica: str | None, since: float, timeout_s: float
 ) -> float | None:
     """When the controller decided that a replica (any, if None) is unhealthy,
     after `since`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for stamp, line in cluster.log_lines(cluster.head, VERDICTS):
+        try:
+            lines = cluster.log_lines(cluster.head, VERDICTS)
+        except Unavailable:  # not this time; if never, the wait ends "not detected"
+            lines = []
+        for stamp, line in lines:
             if stamp >= since and (replica is None or replica in line):
                 return stamp
         time.sleep(1)
@@ -53,7 +57,7 @@ def wait_for_unhealthy(
 
 
 def wait_replaced(
-    cluster: Cluster, app: str, replicas: int, gone: set[str], timeout_s: float
+    cluster: RayCluster, app: str, replicas: int, gone: set[str], timeout_s: float
 ) -> float | None:
     """When the app's Echo deployment ran `replicas` alive replicas again, none of
     them one in `gone` (None if not within `timeout_s`): a replaced replica is

@@ -12,7 +12,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from harness.cluster.cluster import HEAD_PORT, Cluster, Node
+from harness.cluster.boundary import Node, RayCluster
+from harness.cluster.cluster import Cluster
 from harness.core.errors import HarnessError
 from harness.experiment.history import Event, History
 from harness.ladder.notice import SpotNotice
@@ -41,13 +42,9 @@ async def _sleep_until(when: float) -> None:
 
 # ------------------------------------------------------------------ spot preemption
 
-# `docker exec` of a Python that imports Ray takes ~0.8 s here; the drain
-# command starts this much early and waits for its due time inside.
-EXEC_LEAD_S = 2.0
-
 
 async def spot_preemption(
-    cluster: Cluster, node: Node, history: History, notice: SpotNotice
+    cluster: RayCluster, node: Node, history: History, notice: SpotNotice
 ) -> dict:
     """Notice, detection delay, a GCS drain with reason PREEMPTION and a deadline,
     then the container killed when the notice ends (never before the deadline)."""
@@ -64,21 +61,9 @@ async def spot_preemption(
         node_id=node_id,
     )
     due = t0 + notice.detection_s
-    await _sleep_until(due - EXEC_LEAD_S)
-    drain = await asyncio.to_thread(
-        cluster.exec_head,
-        [
-            "drain",
-            f"{cluster.head.ip}:{HEAD_PORT}",
-            node_id,
-            "--reason",
-            "PREEMPTION",
-            "--deadline-s",
-            str(notice.drain_deadline_s),
-            "--at",
-            f"{due:.3f}",
-        ],
-    )
+    # The drain command starts early and waits for its due time in the cluster.
+    await _sleep_until(due - cluster.command_lead_s)
+    drain = await asyncio.to_thread(cluster.drain_node, node_id, notice.drain_deadline_s, due)
     _event(history, "spot_preemption", "mark", node.name, label="drain sent", **drain)
     if not drain["accepted"]:
         _event(history, "spot_preemption", "end", node.name, label="drain rejected")

@@ -341,3 +341,24 @@ def _json(
         doc["judgement"] = judgement
     # default=str: meta is free-form and may carry a Path or a datetime.
     return json.dumps(doc, indent=2, default=str) + "\n"
+
+
+def cluster_section(found: dict) -> str:
+    """The report's account of an existing cluster: what it runs, as read
+    from it, and where its nodes' settings differ from the scenario's own."""
+    lines = [
+        f"- Ray {found.get('version')} (commit {found.get('commit', '?')}); the series' "
+        f"settings its Serve reads: {', '.join(found.get('known', [])) or 'none (stock)'}",
+        f"- the head's clock: {found.get('clock_skew_s', 0):+.3f} s from the harness's; "
+        f"its zone: UTC{found.get('utc_offset_s', 0) / 3600:+g} h",
+        "- the head's Serve settings: "
+        + (", ".join(f"`{k}={v}`" for k, v in found.get("env", {}).items()) or "none set"),
+    ]
+    differs = found.get("env_differs", {})
+    if differs:
+        lines.append(
+            "- **settings the scenario starts its own nodes with, which these nodes do not "
+            "have** (wanted, found): "
+            + ", ".join(f"`{k}`: {w}, {f}" for k, (w, f) in differs.items())
+        )
+    return "\n".join(lines)

@@ -5,7 +5,7 @@ run against several images side by side and judged from the recorded history.
 """
 
 from harness.core.pin import load_pin
-from harness.scenarios.base import ScenarioOutcome, run_scenario
+from harness.scenarios.base import ScenarioOutcome, node_env, run_scenario
 from harness.scenarios.health import (
     ControllerLag,
     HealthFailure,
@@ -38,7 +38,7 @@ SCENARIOS = {
     )
 }
 
-__all__ = ["SCENARIOS", "ScenarioOutcome", "run_scenario"]
+__all__ = ["SCENARIOS", "ScenarioOutcome", "node_env", "run_scenario"]
 
 
 def scenario_list() -> str:

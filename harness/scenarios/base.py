@@ -37,13 +37,16 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from harness.cluster import images, runs
-from harness.cluster.cluster import Cluster, Node, parse_samples, sample_total
+from harness.cluster.boundary import Node, RayCluster, Unavailable, parse_samples, sample_total
+from harness.cluster.cluster import Cluster, ClusterConfig
+from harness.cluster.clusterfile import ClusterFile
+from harness.cluster.existing import ExistingCluster
 from harness.core import log
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
 from harness.core.pin import load_pin
 from harness.experiment import checker, report
-from harness.experiment.configs import RUNTIME_SERVERS, RunConfig
+from harness.experiment.configs import RUNTIME_SERVERS, SERIES_SETTINGS, RunConfig
 from harness.experiment.history import History, clear_histories, history_name
 
 _log = log.get(__name__)
@@ -132,6 +135,28 @@ class Scenario(Generic[F]):
     # release as shipped against the pinned one patched, unless the scenario's
     # baseline is the same release without the patches (STOCK, PATCHED).
     runs_on: tuple[tuple[str, str], ...] = (BASELINE_STOCK, PATCHED)
+    # The node operations a cluster file must give for the scenario to run on
+    # a cluster the harness did not start (`run --cluster FILE`); None: it runs
+    # on the harness's Docker clusters only (it pauses, shapes or execs in a
+    # node, or reads the harness's own front LB).
+    needs: frozenset[str] | None = None
+    # Set by run_scenario for `--cluster`: the cluster every run uses.
+    existing: ExistingCluster | None = None
+
+    def cluster_config(self, image_tag: str, config: RunConfig) -> ClusterConfig:
+        """The Docker cluster a run starts: nodes, resources and the node env
+        the scenario needs (an existing cluster's nodes should run with it)."""
+        raise NotImplementedError
+
+    def open_cluster(self, image_tag: str, config: RunConfig) -> RayCluster:
+        """The run's cluster: the existing one, or a Docker cluster made to
+        `cluster_config` (a context manager either way)."""
+        if self.existing is None:
+            return Cluster(self.cluster_config(image_tag, config))
+        # An existing run's env is what its nodes were found with; the
+        # scenario's own is what its Docker clusters would start with.
+        self.existing.compare_env(self.cluster_config(image_tag, RunConfig(config.image)).env)
+        return self.existing
 
     def default_images(self) -> list[images.ImageSpec]:
         pin = load_pin()
@@ -214,11 +239,19 @@ class Scenario(Generic[F]):
         return {"Checks and measurements": "\n".join(lines)}
 
 
+def docker_only(cluster: RayCluster, who: str) -> Cluster:
+    """The cluster as the harness's Docker cluster, for what only that can do;
+    a scenario with `needs = None` is never given another."""
+    if not isinstance(cluster, Cluster):
+        raise HarnessError(f"{who} acts on nodes as only the harness's Docker clusters can")
+    return cluster
+
+
 HEAD_PIDS = "head haproxy pids"  # observation: the head's HAProxy processes, when they changed
 
 
 async def watch_head_haproxy(
-    cluster: Cluster, history: History, stop: asyncio.Event, on_start=None, every_s: float = 0.1
+    cluster: RayCluster, history: History, stop: asyncio.Event, on_start=None, every_s: float = 0.1
 ) -> None:
     """Observe the head's HAProxy processes whenever they change, until `stop`;
     `on_start(now)` when a new one has appeared (a reload). One command in the
@@ -274,10 +307,14 @@ MEMBERSHIP_UPDATES = "membership updates"
 _HAPROXY_METRICS_LAG_S = 3.0
 
 
-def observe_haproxy_counters(cluster: Cluster, history: History, target: str) -> None:
+def observe_haproxy_counters(cluster: RayCluster, history: History, target: str) -> None:
     """Record the head's HAProxy counters once what happened so far is exported."""
     time.sleep(_HAPROXY_METRICS_LAG_S)
-    text = cluster.metrics_text()
+    try:
+        text = cluster.metrics_text()
+    except Unavailable as exc:
+        _log.warning("the head's HAProxy counters are not recorded: %s", exc)
+        return
     counters = {
         f"{s.labels.get('cause')} reloads, {s.labels.get('outcome')}": s.value
         for s in parse_samples(text, _RELOADS_METRIC)
@@ -343,13 +380,17 @@ def _phase_range(counters: dict[str, float], phase: str) -> str | None:
 
 
 def observe_shutdown_counters(
-    cluster: Cluster, history: History, stopped: int, timeout_s: float = 60.0
+    cluster: RayCluster, history: History, stopped: int, timeout_s: float = 60.0
 ) -> None:
     """Record the controller's replica-shutdown metrics once `stopped` replicas
     are accounted for (force-killed, or drained and reported), or at the timeout."""
     deadline = time.monotonic() + timeout_s
     while True:
-        counters = _shutdown_counters(cluster.metrics_text())
+        try:
+            counters = _shutdown_counters(cluster.metrics_text())
+        except Unavailable as exc:
+            _log.warning("the controller's shutdown counters are not recorded: %s", exc)
+            return
         drained = counters.get("requests_drained le +Inf", 0.0)
         if counters[FORCE_KILLS] + drained >= stopped or time.monotonic() >= deadline:
             break
@@ -381,9 +422,12 @@ def shutdowns_counted(config: RunConfig, history: History) -> str:
 LB_ERRORS = "front LB errors"
 
 
-def observe_lb_errors(cluster: Cluster, history: History) -> None:
+def observe_lb_errors(cluster: RayCluster, history: History) -> None:
     """Record the front LB's error counters for each node, as of now."""
-    history.observe(LB_ERRORS, cluster.lb_server_errors(), time.time(), target="lb")
+    try:
+        history.observe(LB_ERRORS, cluster.lb_server_errors(), time.time(), target="lb")
+    except Unavailable as exc:
+        _log.info("the front LB's error counters are not recorded: %s", exc)
 
 
 def lb_errors(history: History) -> str:
@@ -401,14 +445,19 @@ def lb_errors(history: History) -> str:
 
 def observe_log_lines(
     history: History,
-    cluster: Cluster,
+    cluster: RayCluster,
     node: Node,
     needles: list[str],
     target: str,
     where: str = "/logs/serve/",
 ) -> None:
     """Keep the node's log lines that contain any needle, each at its own time."""
-    for stamp, line in cluster.log_lines(node, needles, where):
+    try:
+        lines = cluster.log_lines(node, needles, where)
+    except Unavailable as exc:
+        _log.warning("%s's log lines are not recorded: %s", target, exc)
+        return
+    for stamp, line in lines:
         history.observe(LOG_LINE, line, stamp, target=target)
 
 
@@ -422,23 +471,69 @@ def logged(history: History, target: str, needle: str, since: float = float("-in
     ]
 
 
+def node_env(scenario: Scenario) -> dict[str, str]:
+    """The environment every node of the scenario's clusters starts with, on
+    the patched image with its flags on (its last run there), less what only
+    the harness's containers need (the mounted harness on PYTHONPATH)."""
+    spec = images.ImageSpec(load_pin().ray.version, "patched")
+    try:
+        config = scenario.cluster_config("", scenario.configs(spec)[-1])
+    except NotImplementedError:
+        raise HarnessError(
+            f"{scenario.name} starts clusters of more than one kind; its settings are "
+            f"in harness/scenarios/{type(scenario).__module__.rsplit('.', 1)[-1]}.py"
+        ) from None
+    return {k: v for k, v in config.node_env.items() if k != "PYTHONPATH"}
+
+
+def existing_run(scenario: Scenario, cluster_file: ClusterFile) -> RunConfig:
+    """Ready `scenario` to run on the cluster `cluster_file` describes, or
+    refuse (exit 2) before anything on it is changed: the scenario must run on
+    an existing cluster, the file must give every node operation it needs, and
+    the cluster must answer. The run's configuration is what the cluster runs,
+    read from it: its Ray release, patched if its Serve knows the series'
+    settings, and its nodes' Serve environment."""
+    if scenario.needs is None:
+        raise HarnessError(
+            f"{scenario.name} runs on the harness's Docker clusters only: it needs to act "
+            f"on nodes in ways a cluster file does not describe. Run it without --cluster."
+        )
+    cluster = ExistingCluster.prepare(
+        cluster_file, set(scenario.needs), scenario.name, SERIES_SETTINGS
+    )
+    scenario.existing = cluster
+    image = images.ImageSpec(cluster.found["version"], cluster.flavor)
+    return RunConfig(image, "existing cluster", cluster.found["env"])
+
+
 def run_scenario(
     scenario: Scenario,
     specs: list[images.ImageSpec] | None = None,
     out_dir: Path | None = None,
     parallel: int = 1,
+    cluster_file: ClusterFile | None = None,
 ) -> ScenarioOutcome:
     """Run the scenario once per configuration of each image and judge the runs.
 
     `parallel` runs that many at once, each on its own cluster (runs are
     isolated by run id and free ports). Each run's history is saved and judged
-    exactly as in a sequential run; only the wall time changes."""
+    exactly as in a sequential run; only the wall time changes. With
+    `cluster_file`, one run on that cluster as it is (existing_run)."""
     started = time.monotonic()
-    specs = specs or scenario.default_images()
     out_dir = out_dir or RESULTS_DIR / scenario.name
-    clear_histories(out_dir)
-    tags = {spec: images.ensure_node_image(spec) for spec in specs}
-    plan = [(tag, config) for spec, tag in tags.items() for config in scenario.configs(spec)]
+    if cluster_file is not None:
+        if specs:
+            raise HarnessError(
+                "--image does not apply with --cluster: the cluster runs what it runs"
+            )
+        config = existing_run(scenario, cluster_file)
+        plan = [(f"existing cluster at {cluster_file.dashboard}", config)]
+        clear_histories(out_dir)
+    else:
+        specs = specs or scenario.default_images()
+        clear_histories(out_dir)
+        tags = {spec: images.ensure_node_image(spec) for spec in specs}
+        plan = [(tag, config) for spec, tag in tags.items() for config in scenario.configs(spec)]
 
     def run(order: int, planned: tuple[str, RunConfig]) -> History:
         tag, config = planned
@@ -455,6 +550,8 @@ def run_scenario(
             order=order,
             wall_s=round(time.monotonic() - t, 1),
         )
+        if scenario.existing is not None:  # what the cluster was found running
+            history.meta["cluster"] = scenario.existing.found
         # Saved before judging: a run that is judged wrongly can be judged again.
         history.save(out_dir / history_name(label))
         failed = sum(not r.ok for r in history.requests)
@@ -474,6 +571,15 @@ def run_scenario(
     return outcome
 
 
+def existing_finding(run: ImageRun) -> str:
+    """What a run on an existing cluster came to: its own verdict (on Docker
+    the scenario compares images; here the user runs stock and patched)."""
+    return (
+        f"{run.label}: {'PASSED' if run.passed else 'FAILED'}, judged as the cluster is "
+        f"(run it on a stock and on a patched cluster to compare them)"
+    )
+
+
 def judge_runs(
     scenario: Scenario, histories: list[History], out_dir: Path, notes: list[str] | None = None
 ) -> ScenarioOutcome:
@@ -490,7 +596,13 @@ def judge_runs(
         complete = f"{history.scheduled:,} requests scheduled, each with one row"
         run.checks.insert(0, (f"the record is complete: {gap or complete}", gap is None))
         runs[run.label] = run
-    as_expected, findings = scenario.expect(runs)
+    existing = [r for r in runs.values() if "cluster" in r.history.meta]
+    if existing:
+        # One cluster, judged as it is: there is no baseline to compare with.
+        as_expected = all(r.passed for r in existing)
+        findings = [existing_finding(r) for r in existing]
+    else:
+        as_expected, findings = scenario.expect(runs)
     incomplete = [label for label, verdict in verdicts.items() if verdict.record_gap]
     if incomplete:
         as_expected = False
@@ -500,6 +612,8 @@ def judge_runs(
         )
     findings += notes or []
     sections = {"Outcome": "\n".join(f"- {f}" for f in findings), **scenario.sections(runs)}
+    for run in existing:
+        sections[f"The cluster ({run.label})"] = report.cluster_section(run.history.meta["cluster"])
     judgement = {
         "scenario": scenario.name,
         "options": scenario.options,

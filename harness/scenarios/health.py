@@ -26,7 +26,9 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig, Node
+from harness.cluster.boundary import Node, RayCluster, Unavailable
+from harness.cluster.cluster import METRICS_PORT, Cluster, ClusterConfig
+from harness.core import log
 from harness.experiment.configs import FAST_METRICS, PUSH_HEALTH, RunConfig
 from harness.experiment.health import (
     PERIOD_S,
@@ -52,10 +54,13 @@ from harness.scenarios.base import (
     Facts,
     ImageRun,
     Scenario,
+    docker_only,
     fact,
     logged,
     observe_log_lines,
 )
+
+_log = log.get(__name__)
 
 # Observations: when the controller logged the failing replica unhealthy and
 # when it was gone from the alive replicas (None: not within the wait), the
@@ -101,19 +106,22 @@ class _HealthScenario(Scenario[F]):
         """Push-based health on the patched image: what it is compared for."""
         return [RunConfig(spec, env=PUSH_HEALTH if spec.flavor == "patched" else {})]
 
-    def _cluster(self, tag: str, config: RunConfig, extra_env: dict | None = None) -> Cluster:
-        return Cluster(
-            ClusterConfig(
-                image=tag,
-                name=f"rayspot-{self.name.replace('_', '-')}",
-                workers=self.workers,
-                env={**config.env, **FAST_METRICS, **(extra_env or {})},
-                worker_resources={"w": 10},
-                metrics_port=METRICS_PORT,
-            )
+    def cluster_config(
+        self, tag: str, config: RunConfig, extra_env: dict | None = None
+    ) -> ClusterConfig:
+        return ClusterConfig(
+            image=tag,
+            name=f"rayspot-{self.name.replace('_', '-')}",
+            workers=self.workers,
+            env={**config.env, **FAST_METRICS, **(extra_env or {})},
+            worker_resources={"w": 10},
+            metrics_port=METRICS_PORT,
         )
 
-    def _deploy(self, cluster: Cluster) -> None:
+    def _cluster(self, tag: str, config: RunConfig, extra_env: dict | None = None) -> Cluster:
+        return Cluster(self.cluster_config(tag, config, extra_env))
+
+    def _deploy(self, cluster: RayCluster) -> None:
         cluster.deploy(
             appconfigs.deploy_config(
                 appconfigs.echo_app(
@@ -136,25 +144,28 @@ class HealthFailure(_HealthScenario[FailureFacts]):
     fault = "health_failure"
     load_s = 45.0
     wait_s = 40.0
+    # The fault goes through the ingress (the app's own switch) and changes no node.
+    needs: frozenset[str] | None = frozenset()
 
-    async def _inject(self, cluster: Cluster, history: History) -> tuple[str, asyncio.Task | None]:
+    async def _inject(
+        self, cluster: RayCluster, history: History
+    ) -> tuple[str, asyncio.Task | None]:
         """Start the fault; the replica id it hit, and the task that holds it
         (None if nothing needs undoing)."""
-        return await fail_health_check(history, "127.0.0.1", cluster.lb_port), None
+        return await fail_health_check(history, *cluster.ingress), None
 
     def _check(self, fault: Event) -> str:
         return f"replica {fault.target} detected unhealthy and replaced"
 
     def run_once(self, image_tag: str, config: RunConfig) -> History:
         history = History()
-        with self._cluster(image_tag, config) as cluster:
+        with self.open_cluster(image_tag, config) as cluster:
             self._deploy(cluster)
 
             async def main():
                 load = asyncio.create_task(
                     open_loop(
-                        "127.0.0.1",
-                        cluster.lb_port,
+                        *cluster.ingress,
                         LoadSpec(rate=10, duration_s=self.load_s, connections=16, timeout_s=30),
                         history,
                     )
@@ -210,9 +221,13 @@ class HungReplica(HealthFailure):
     fault = "hung_replica"
     load_s = 60.0
     wait_s = 45.0
+    needs = None  # it stops a replica's process inside its node
 
-    async def _inject(self, cluster: Cluster, history: History) -> tuple[str, asyncio.Task | None]:
-        hang = asyncio.create_task(hang_replica(cluster, history, "echo", "Echo", self.load_s - 10))
+    async def _inject(
+        self, cluster: RayCluster, history: History
+    ) -> tuple[str, asyncio.Task | None]:
+        docker = docker_only(cluster, self.name)
+        hang = asyncio.create_task(hang_replica(docker, history, "echo", "Echo", self.load_s - 10))
         while not any(e.fault == self.fault for e in history.events):
             await asyncio.sleep(0.1)
         start = next(e for e in history.events if e.fault == self.fault)
@@ -231,10 +246,14 @@ class HungReplica(HealthFailure):
         return all(ok for r in runs.values() for _, ok in r.checks), findings
 
 
-def _observe_counters(cluster: Cluster, history: History) -> None:
+def _observe_counters(cluster: RayCluster, history: History) -> None:
     """Keep the controller's health counters at the end of a run."""
     time.sleep(3)  # the last second's counts, exported every second
-    counters = health_counters(cluster.metrics_text())
+    try:
+        counters = health_counters(cluster.metrics_text())
+    except Unavailable as exc:
+        _log.warning("the controller's health counters are not recorded: %s", exc)
+        return
     history.observe(COUNTED, counters, time.time(), target="controller")
 
 
@@ -332,10 +351,11 @@ class SlowHeadLink(_HealthScenario[SlowLinkFacts]):
     throttles = ((64, 15.0), (32, 8.0))
     settle_s = 25.0
 
-    def _deploy(self, cluster: Cluster) -> None:
+    def _deploy(self, cluster: RayCluster) -> None:
         super()._deploy(cluster)
-        for node in self._routed_around(cluster):
-            cluster.lb_exclude(node)
+        docker = docker_only(cluster, self.name)
+        for node in self._routed_around(docker):
+            docker.lb_exclude(node)
 
     def _slowed(self, cluster: Cluster) -> Node:
         return cluster.head

@@ -25,12 +25,14 @@ master-worker mode a new worker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
+from harness.cluster.boundary import RayCluster
+from harness.cluster.cluster import METRICS_PORT, ClusterConfig
 from harness.experiment.configs import (
     FAST_HAPROXY_METRICS,
     MEMBERSHIP_CHURN,
@@ -42,6 +44,7 @@ from harness.experiment.load import LoadSpec, Mix, open_loop
 from harness.scenarios.base import (
     AFTER,
     BEFORE,
+    HEAD_PIDS,
     PATCHED,
     STOCK,
     Facts,
@@ -50,11 +53,13 @@ from harness.scenarios.base import (
     fact,
     haproxy_counted,
     observe_haproxy_counters,
+    watch_head_haproxy,
 )
 
 LONG_S = 4.0  # longer than configs.CHURN_HARD_STOP_AFTER_S
-# Observations: the head's HAProxy pids before the churn and every 0.5 s during
-# it, and the in-cluster churn driver's own record of the changes it made.
+# Observations: the head's HAProxy pids before the churn and at each change
+# during it (base.HEAD_PIDS; runs recorded before that sampled them every 0.5 s
+# as PIDS_SEEN), and the in-cluster churn driver's own record of its changes.
 PIDS_BEFORE, PIDS_SEEN, CHURN = "haproxy pids before", "haproxy pids", "churn"
 
 
@@ -108,6 +113,8 @@ class MembershipChurn(Scenario[ChurnFacts]):
         self.rate, self.connections = rate, connections
 
     runs_on = (STOCK, PATCHED)
+    # The churn is a deploy loop run by the agent on the head; no node changes.
+    needs = frozenset[str]()
 
     def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
         if spec.flavor == "patched":
@@ -117,9 +124,9 @@ class MembershipChurn(Scenario[ChurnFacts]):
             ]
         return [RunConfig(spec)]
 
-    def run_once(self, image_tag: str, config: RunConfig) -> History:
-        history = History()
-        cluster_config = ClusterConfig(
+    def cluster_config(self, image_tag: str, config: RunConfig) -> ClusterConfig:
+        """One worker; old HAProxy workers hard-stopped soon (MEMBERSHIP_CHURN)."""
+        return ClusterConfig(
             image=image_tag,
             name="rayspot-churn",
             workers=1,
@@ -127,7 +134,10 @@ class MembershipChurn(Scenario[ChurnFacts]):
             worker_resources={"w": 10},
             metrics_port=METRICS_PORT,
         )
-        with Cluster(cluster_config) as cluster:
+
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History()
+        with self.open_cluster(image_tag, config) as cluster:
             cluster.deploy(_apps(LOW))
             observe_haproxy_counters(cluster, history, BEFORE)
             history.observe(PIDS_BEFORE, sorted(cluster.haproxy_pids(cluster.head)), time.time())
@@ -138,7 +148,12 @@ class MembershipChurn(Scenario[ChurnFacts]):
     def judge(self, config: RunConfig, history: History) -> ImageRun[ChurnFacts]:
         churn = history.value(CHURN)
         before = set(history.value(PIDS_BEFORE))
-        seen = {pid for e in history.observed(PIDS_SEEN) for pid in e.detail["value"]}
+        # Runs recorded before the watch sampled every 0.5 s (PIDS_SEEN).
+        seen = {
+            pid
+            for e in [*history.observed(PIDS_SEEN), *history.observed(HEAD_PIDS)]
+            for pid in e.detail["value"]
+        }
         started = sorted(seen - before)
         changes = churn["changes"]
         facts = ChurnFacts(
@@ -150,7 +165,7 @@ class MembershipChurn(Scenario[ChurnFacts]):
         )
         return ImageRun(config.label, history, facts, config)
 
-    async def _churn(self, cluster: Cluster, history: History) -> None:
+    async def _churn(self, cluster: RayCluster, history: History) -> None:
         spec = LoadSpec(
             rate=self.rate,
             duration_s=self.duration_s + 4,
@@ -158,22 +173,18 @@ class MembershipChurn(Scenario[ChurnFacts]):
             mix=Mix(short=0.95, long=0.05, long_s=(LONG_S, LONG_S)),
             timeout_s=30,
         )
-        load = asyncio.create_task(open_loop(cluster.head.ip, SERVE_PORT, spec, history))
+        load = asyncio.create_task(open_loop(cluster.head.ip, cluster.serve_port, spec, history))
         done = asyncio.Event()
-
-        async def sample_pids():
-            while not done.is_set():
-                pids = await asyncio.to_thread(cluster.haproxy_pids, cluster.head)
-                history.observe(PIDS_SEEN, sorted(pids), time.time(), target="head")
-                await asyncio.sleep(0.5)
-
-        sampler = asyncio.create_task(sample_pids())
+        # One command on the head reports every change of its HAProxy
+        # processes (a `docker exec`, or a Ray job on a cluster of your own).
+        sampler = asyncio.create_task(watch_head_haproxy(cluster, history, done))
         await asyncio.sleep(2)
         result = await asyncio.to_thread(
-            cluster.exec_head,
+            functools.partial(cluster.exec_head, timeout_s=self.duration_s + 60),
             [
                 "churn",
-                json.dumps(_apps(LOW)),
+                # As deployed: a config that differed would redeploy every app.
+                json.dumps(cluster.app_config(_apps(LOW))),
                 "--apps",
                 ",".join(n for n, _ in CHURNED_APPS),
                 "--low",

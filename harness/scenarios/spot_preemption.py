@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs
-from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.cluster.boundary import Node, RayCluster
+from harness.cluster.cluster import METRICS_PORT, ClusterConfig
 from harness.experiment.configs import FAST_HAPROXY_METRICS, RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop
@@ -82,22 +83,26 @@ class SpotFacts(Facts):
 class SpotPreemption(Scenario[SpotFacts]):
     name = "spot_preemption"
     title = "Spot preemption under mixed load, spot-notice ladder"
+    needs = frozenset({"terminate"})
 
     def __init__(self, scale: float = 1.0, rate: float = 25.0) -> None:
         self.ladder = Ladder().scaled(scale)
         self.scale, self.rate = scale, rate
 
-    def run_once(self, image_tag: str, config: RunConfig) -> History:
-        ladder = self.ladder
-        history = History({"ladder_scale": self.scale, "ladder": self._ladder_text()})
-        cluster_config = ClusterConfig(
+    def cluster_config(self, image_tag: str, config: RunConfig) -> ClusterConfig:
+        """Two workers, the ladder's node env, metrics read each second."""
+        return ClusterConfig(
             image=image_tag,
             name="rayspot-spot",
             workers=2,
-            env={**ladder.node_env(), **FAST_HAPROXY_METRICS, **config.env},
+            env={**self.ladder.node_env(), **FAST_HAPROXY_METRICS, **config.env},
             worker_resources={"w": 10},
             metrics_port=METRICS_PORT,
         )
+
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        ladder = self.ladder
+        history = History({"ladder_scale": self.scale, "ladder": self._ladder_text()})
         app = appconfigs.deploy_config(
             appconfigs.echo_app(
                 num_replicas=4,
@@ -110,7 +115,7 @@ class SpotPreemption(Scenario[SpotFacts]):
             ),
             http_options=ladder.http_options(),
         )
-        with Cluster(cluster_config) as cluster:
+        with self.open_cluster(image_tag, config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
             target, target_id, replicas = preemption_target(cluster)
@@ -138,7 +143,7 @@ class SpotPreemption(Scenario[SpotFacts]):
                     where,
                     "/logs/raylet.out" if where == "raylet" else "/logs/serve/",
                 )
-            exited_at = _exit_time(cluster, target)
+            exited_at = cluster.exit_time(target)
             history.observe(EXITED, exited_at, exited_at or time.time())
         return history
 
@@ -151,7 +156,7 @@ class SpotPreemption(Scenario[SpotFacts]):
             f"{ladder.deployment_options()}"
         )
 
-    async def _experiment(self, cluster: Cluster, target: Node, history: History):
+    async def _experiment(self, cluster: RayCluster, target: Node, history: History):
         ladder = self.ladder
         duration = LEAD_S + ladder.notice.notice_s + TAIL_S
         spec = LoadSpec(
@@ -166,9 +171,9 @@ class SpotPreemption(Scenario[SpotFacts]):
             ),
             timeout_s=ladder.known_request_timeout_s + 30,
         )
-        load = asyncio.create_task(open_loop("127.0.0.1", cluster.lb_port, spec, history))
+        load = asyncio.create_task(open_loop(*cluster.ingress, spec, history))
         stop = asyncio.Event()
-        healthz = asyncio.create_task(_first_unhealthy(target.ip, stop))
+        healthz = asyncio.create_task(_first_unhealthy(target.ip, cluster.serve_port, stop))
         await asyncio.sleep(LEAD_S)
         outcome = await spot_preemption(cluster, target, history, ladder.notice)
         stop.set()
@@ -238,7 +243,7 @@ class SpotPreemption(Scenario[SpotFacts]):
         return sections
 
 
-def preemption_target(cluster: Cluster) -> tuple[Node, str, list[str]]:
+def preemption_target(cluster: RayCluster) -> tuple[Node, str, list[str]]:
     """The worker that holds the most echo replicas, its Ray node id, and the
     ids of those replicas: the node a preemption costs the most."""
     node_ids = cluster.ray_node_ids()
@@ -248,10 +253,10 @@ def preemption_target(cluster: Cluster) -> tuple[Node, str, list[str]]:
     return target, target_id, [r["id"] for r in by_node.get(target_id, [])]
 
 
-async def _first_unhealthy(ip: str, stop: asyncio.Event) -> float | None:
+async def _first_unhealthy(ip: str, port: int, stop: asyncio.Event) -> float | None:
     """Poll the node's /-/healthz as the front LB does; the first non-200."""
     while not stop.is_set():
-        conn = HTTPConnection(ip, SERVE_PORT, -1)
+        conn = HTTPConnection(ip, port, -1)
         row = await conn.get("/-/healthz", "healthz", 1.0)
         conn.close()
         if row.status is not None and row.status != 200:
@@ -260,7 +265,7 @@ async def _first_unhealthy(ip: str, stop: asyncio.Event) -> float | None:
     return None
 
 
-def _wait_for_death(cluster: Cluster, node_id: str, timeout_s: float = 90.0) -> dict | None:
+def _wait_for_death(cluster: RayCluster, node_id: str, timeout_s: float = 90.0) -> dict | None:
     """The GCS's record of the node once it is dead (a killed raylet takes a
     few health-check periods to be declared dead)."""
     deadline = time.monotonic() + timeout_s
@@ -270,12 +275,3 @@ def _wait_for_death(cluster: Cluster, node_id: str, timeout_s: float = 90.0) -> 
             return info
         time.sleep(2)
     return None
-
-
-def _exit_time(cluster: Cluster, node: Node) -> float | None:
-    """When the container's PID 1 (`ray start --block`) ended, if it ended by
-    itself; None if it was still running when killed."""
-    state = cluster.exit_state(node)
-    if state.oom_killed or state.exit_code == 137:
-        return None
-    return state.finished_at

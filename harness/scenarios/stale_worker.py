@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs
-from harness.cluster.cluster import METRICS_PORT, SERVE_PORT, Cluster, ClusterConfig
+from harness.cluster.boundary import RayCluster
+from harness.cluster.cluster import METRICS_PORT, ClusterConfig
 from harness.core import log
 from harness.core.errors import HarnessError
 from harness.experiment.configs import FAST_METRICS, RunConfig
@@ -91,7 +92,7 @@ class StaleFacts(Facts):
     shutdowns: str = fact("replica shutdowns, as the controller counted them")
 
 
-def _wait_for_two_replicas(cluster: Cluster, timeout_s: float = 90.0) -> None:
+def _wait_for_two_replicas(cluster: RayCluster, timeout_s: float = 90.0) -> None:
     """Wait until exactly the two replicas the event needs are alive, twice in a
     row a second apart.
 
@@ -117,6 +118,9 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
     name = "stale_worker_drain"
     title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
     request_timeout_s: float | None = None  # http_options.request_timeout_s
+    # It talks to the head's HAProxy directly and changes no node; on a
+    # cluster of your own its nodes need ENV (docs/existing-cluster.md).
+    needs = frozenset[str]()
 
     def __init__(
         self,
@@ -130,9 +134,9 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
         self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
 
-    def run_once(self, image_tag: str, config: RunConfig) -> History:
-        history = History()
-        cluster_config = ClusterConfig(
+    def cluster_config(self, image_tag: str, config: RunConfig) -> ClusterConfig:
+        """One worker; the head's HAProxy has the long hard stop and short drain window of ENV."""
+        return ClusterConfig(
             image=image_tag,
             name="rayspot-stale",
             workers=1,
@@ -140,8 +144,11 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
             worker_resources={"w": 10},
             metrics_port=METRICS_PORT,
         )
+
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History()
         started = time.monotonic()
-        with Cluster(cluster_config) as cluster:
+        with self.open_cluster(image_tag, config) as cluster:
             for number in range(self.events):
                 cluster.deploy(_app(2, self.request_timeout_s))
                 _wait_for_two_replicas(cluster)
@@ -169,13 +176,13 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         )
         return ImageRun(config.label, history, facts, config)
 
-    async def _event(self, cluster: Cluster, history: History, number: int) -> None:
-        host, base = cluster.head.ip, number * 1000
-        stale = [HTTPConnection(host, SERVE_PORT, base + i) for i in range(self.stale)]
+    async def _event(self, cluster: RayCluster, history: History, number: int) -> None:
+        host, port, base = cluster.head.ip, cluster.serve_port, number * 1000
+        stale = [HTTPConnection(host, port, base + i) for i in range(self.stale)]
         await asyncio.gather(*(send(history, c, "/", "prime", 10) for c in stale))
         # Pins are not judged as requests: they outlive the force-kill on every
         # version by design. Their outcome is kept as an observation.
-        pin_conns = [HTTPConnection(host, SERVE_PORT, base + 900 + i) for i in range(self.pins)]
+        pin_conns = [HTTPConnection(host, port, base + 900 + i) for i in range(self.pins)]
         pins = [asyncio.create_task(c.get("/?sleep=40", "pin", 60)) for c in pin_conns]
         await asyncio.sleep(1.0)
 
@@ -194,7 +201,7 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
             Event(time.time(), "scale_down", "mark", f"event {number}", {"label": LATE_SENT})
         )
         path = f"/?sleep={self.late_sleep_s:g}"
-        controls = [HTTPConnection(host, SERVE_PORT, base + 500 + i) for i in range(self.controls)]
+        controls = [HTTPConnection(host, port, base + 500 + i) for i in range(self.controls)]
         await asyncio.gather(
             *(send(history, c, path, "stale", 30) for c in stale),
             *(send(history, c, path, "control", 30) for c in controls),

@@ -36,7 +36,8 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs, images
-from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig, Node
+from harness.cluster.boundary import Node, RayCluster
+from harness.cluster.cluster import ClusterConfig
 from harness.experiment.configs import RunConfig
 from harness.experiment.history import History
 from harness.experiment.load import HTTPConnection, LoadSpec, Mix, open_loop, send
@@ -98,19 +99,23 @@ class StreamingDrain(Scenario[StreamingFacts]):
         self.chunks = round((self.ladder.known_request_timeout_s - margin_s) / CHUNK_S)
 
     runs_on = (STOCK, PATCHED)
+    needs = frozenset({"terminate"})  # the preemption's end
 
     def configs(self, spec: images.ImageSpec) -> list[RunConfig]:
         return with_runtime_servers(spec, self.runtime_servers)
 
-    def run_once(self, image_tag: str, config: RunConfig) -> History:
-        history = History({"ladder_scale": self.scale, "chunks": self.chunks})
-        cluster_config = ClusterConfig(
+    def cluster_config(self, image_tag: str, config: RunConfig) -> ClusterConfig:
+        """Two workers, the ladder's node env."""
+        return ClusterConfig(
             image=image_tag,
             name="rayspot-streaming",
             workers=2,
             env={**self.ladder.node_env(), **config.env},
             worker_resources={"w": 10},
         )
+
+    def run_once(self, image_tag: str, config: RunConfig) -> History:
+        history = History({"ladder_scale": self.scale, "chunks": self.chunks})
         app = appconfigs.deploy_config(
             appconfigs.echo_app(
                 num_replicas=4,
@@ -121,7 +126,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
             ),
             http_options=self.ladder.http_options(),
         )
-        with Cluster(cluster_config) as cluster:
+        with self.open_cluster(image_tag, config) as cluster:
             cluster.deploy(app)
             cluster.wait_lb_ready()
             target, _, _ = preemption_target(cluster)
@@ -129,14 +134,14 @@ class StreamingDrain(Scenario[StreamingFacts]):
             observe_lb_errors(cluster, history)
         return history
 
-    async def _experiment(self, cluster: Cluster, target: Node, history: History) -> None:
+    async def _experiment(self, cluster: RayCluster, target: Node, history: History) -> None:
         # The node goes at its drain deadline: the streams meet every reload
         # of the drain, and nothing happens in the rest of a longer notice.
         notice = self.ladder.notice.ending_at_deadline()
         timeout_s = self.ladder.known_request_timeout_s + 10
         stream = f"/stream?chunks={self.chunks}"
-        head = cluster.head.ip
-        idle = [HTTPConnection(head, SERVE_PORT, 1000 + i) for i in range(self.idle)]
+        head, port = cluster.head.ip, cluster.serve_port
+        idle = [HTTPConnection(head, port, 1000 + i) for i in range(self.idle)]
         await asyncio.gather(*(send(history, c, "/", PRIME, 10) for c in idle))
 
         stop = asyncio.Event()
@@ -151,7 +156,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
         loops = [
             asyncio.create_task(
                 self._loop(
-                    HTTPConnection(head, SERVE_PORT, 2000 + i),
+                    HTTPConnection(head, port, 2000 + i),
                     history,
                     stream,
                     timeout_s,
@@ -168,7 +173,7 @@ class StreamingDrain(Scenario[StreamingFacts]):
             timeout_s=timeout_s,
             mix=Mix(short=0.7, stream=0.3, stream_chunks=40),
         )
-        lb = asyncio.create_task(open_loop("127.0.0.1", cluster.lb_port, spec, history))
+        lb = asyncio.create_task(open_loop(*cluster.ingress, spec, history))
         await asyncio.sleep(LEAD_S)
         preempted.set()
         preemption = asyncio.create_task(spot_preemption(cluster, target, history, notice))

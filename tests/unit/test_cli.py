@@ -160,7 +160,9 @@ def test_run_an_outcome_other_than_claimed_is_1(monkeypatch, tmp_path: Path, cap
         findings=["the baseline did not fail"],
     )
     monkeypatch.setitem(scenarios.SCENARIOS, "fake", type("Fake", (), {}))
-    monkeypatch.setattr(scenarios, "run_scenario", lambda scenario, specs, parallel: outcome)
+    monkeypatch.setattr(
+        scenarios, "run_scenario", lambda scenario, specs, parallel, cluster_file: outcome
+    )
     assert cli.main(["run", "fake"]) == 1
     assert capsys.readouterr().err.startswith("failed: fake: the outcome is not what")
 

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from harness.cluster import engine, frontlb, runs
-from harness.cluster.cluster import RAY_STARTED, Cluster, ClusterConfig, parse_samples, sample_total
+from harness.cluster.boundary import parse_samples, sample_total
+from harness.cluster.cluster import RAY_STARTED, Cluster, ClusterConfig
 from harness.core.errors import HarnessError
 
 

@@ -177,3 +177,44 @@ def test_a_function_local_import_counts_too():
 )
 def test_the_checker_lets_a_downward_import_pass(path, source):
     assert violations(path, source) == []
+
+
+# The existing-cluster backend reaches a user's cluster only through Ray's
+# remote interfaces and the cluster file's commands: none of its modules, nor
+# any harness module they import, may import docker-py or the Docker cluster.
+EXISTING_BACKEND = ("harness.cluster.existing", "harness.cluster.clusterfile")
+DOCKER = ("docker", "harness.cluster.engine", "harness.cluster.cluster", "harness.cluster.images")
+
+
+def _modules_named(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import in the file, absolute, and for
+    `from PACKAGE import NAME` also PACKAGE.NAME (NAME may be a module)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def test_the_existing_cluster_backend_never_reaches_docker():
+    seen, todo, reached = set(), list(EXISTING_BACKEND), []
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = ROOT / (module.replace(".", "/") + ".py")
+        if not path.exists():
+            path = ROOT / module.replace(".", "/") / "__init__.py"
+        if not path.exists():
+            continue  # the standard library, Ray, or a name that is not a module
+        for line, target in _modules_named(path):
+            if target.split(".")[0] == "docker" or target in DOCKER:
+                reached.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+            if target.startswith(f"{PACKAGE}."):
+                todo.append(target)
+    assert not reached, "\n".join(reached)
+    assert "harness.cluster.boundary" in seen  # the walk followed the imports

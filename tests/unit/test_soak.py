@@ -155,3 +155,45 @@ def test_a_clean_soak_prints_no_failure_section(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(soak, "one_run", one_run)
     soak.print_soak(soak.soak(1, 1.0, parallel=1))
     assert "Failures by fault window" not in capsys.readouterr().out
+
+
+def test_on_an_existing_cluster_only_the_ladder_runs_and_says_what_it_ran_on(monkeypatch, tmp_path):
+    """--cluster: the one cluster as it is, so the ladder's runs one after the
+    other on it (Ray's defaults would need other nodes), each history keeping
+    what the cluster was found running."""
+    from pathlib import Path
+
+    from harness.cluster import clusterfile
+    from harness.cluster.existing import ExistingCluster
+
+    monkeypatch.setattr(soak, "RESULTS_DIR", tmp_path)
+    spec = clusterfile.ClusterFile(
+        Path("c.toml"), "http://h:8265", "lb", 80, commands={"terminate": "x", "add": "y"}
+    )
+    cluster = ExistingCluster(spec)
+    cluster.found = {"version": "2.60.0", "known": ["RAY_SERVE_ENABLE_PUSH_HEALTH"], "env": {}}
+    asked: list[set[str]] = []
+
+    def prepare(cls, file, needs, who, settings):
+        asked.append(needs)
+        return cluster
+
+    monkeypatch.setattr(ExistingCluster, "prepare", classmethod(prepare))
+    monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: pytest.fail("an image"))
+    ran: list[tuple[str, object]] = []
+
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load, cluster=None):
+        ran.append((label, cluster))
+        history = History({"label": label, "claim": True})
+        history.add_request(Request("short", T, T + 0.1, 200, None))
+        return history, checker.check(history)
+
+    monkeypatch.setattr(soak, "one_run", one_run)
+    results = soak.soak(2, 1.0, cluster_file=spec)
+
+    assert asked == [{"terminate", "add"}]
+    assert list(results) == [soak.LADDER_CONFIG]
+    assert ran == [(f"{soak.LADDER_CONFIG} #1", cluster), (f"{soak.LADDER_CONFIG} #2", cluster)]
+    saved = [History.load(p) for p in tmp_path.glob("history-*.jsonl")]
+    assert {h.meta["cluster"]["version"] for h in saved} == {"2.60.0"}
+    assert "on the 2.60.0 patched existing cluster at http://h:8265" in saved[0].meta["title"]

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("actors")
     sub.add_parser("controller-health")
     sub.add_parser("gcs-health-config")
+    sub.add_parser("haproxy-pids")
+    p_info = sub.add_parser("ray-info")
+    p_info.add_argument("--settings", default="", help="comma-separated env var names")
     p_ingest = sub.add_parser("health-ingest")
     for flag, kind in (
         ("--nodes", int),
@@ -88,6 +91,10 @@ def run(args: argparse.Namespace) -> object:
         return state.controller_health()
     if args.cmd == "gcs-health-config":
         return state.gcs_health_config()
+    if args.cmd == "haproxy-pids":
+        return sorted(membership.haproxy_pids())
+    if args.cmd == "ray-info":
+        return state.ray_info([name for name in args.settings.split(",") if name])
     if args.cmd == "health-ingest":
         return health_ingest.health_ingest(
             args.nodes, args.replicas_per_node, args.period, args.duration, args.senders

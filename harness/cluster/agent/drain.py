@@ -13,12 +13,16 @@ def drain(
     deadline_s: float,
     at: float = 0.0,
 ) -> dict:
-    """Ask the GCS to drain a node, as a spot-notice agent would. The node id
-    must be hex: a binary id decodes to Nil, which the GCS accepts silently and
-    never drains (ray/_private/node.py says so)."""
+    """Ask the GCS to drain a node, as a spot-notice agent would ("auto": the
+    GCS the agent's session reaches). The node id must be hex: a binary id
+    decodes to Nil, which the GCS accepts silently and never drains
+    (ray/_private/node.py says so)."""
     import ray
     from ray.core.generated import autoscaler_pb2
 
+    from harness.cluster.agent.session import GCS_ADDRESS
+
+    gcs_address = GCS_ADDRESS if gcs_address == "auto" else gcs_address
     # _raylet.pyi declares only the id types, not the GCS client.
     client = ray._raylet.GcsClient(address=gcs_address)
     # Starting this process and importing Ray takes most of a second; the caller

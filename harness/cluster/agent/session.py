@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 
-# The agent runs in the head, beside the GCS (`ray start --head --port`).
-GCS_ADDRESS = "127.0.0.1:6379"
+# The agent runs in the head, beside the GCS (`ray start --head --port`), or
+# as a Ray job on a cluster the harness did not start, where Ray tells it the
+# GCS's address in RAY_ADDRESS.
+GCS_ADDRESS = os.environ.get("RAY_ADDRESS", "127.0.0.1:6379")
 
 
 def gcs_tables():

@@ -65,3 +65,31 @@ def controller_health() -> dict:
         key: (metrics.get(key) or {}).get("mean")
         for key in ("loop_duration_s", "deployment_state_update_duration_s")
     }
+
+
+def ray_info(settings: list[str]) -> dict:
+    """Which Ray this node runs, which of `settings` (env var names) its Serve
+    knows (a patched Serve reads settings stock does not), and the node's
+    Serve and Ray environment: how the cluster is configured, as found."""
+    import inspect
+    import os
+    import time
+
+    import ray
+    from ray.serve._private import constants
+
+    source = inspect.getsource(constants)
+    return {
+        "version": ray.__version__,
+        "commit": ray.__commit__,
+        "known": [name for name in settings if f'"{name}"' in source],
+        # How this node's clock and zone stand to the harness's: Ray writes
+        # log times in local time.
+        "time": time.time(),
+        "utc_offset_s": time.localtime().tm_gmtoff,
+        "env": {
+            k: v
+            for k, v in sorted(os.environ.items())
+            if k.startswith(("RAY_SERVE_", "RAY_health", "RAY_metrics"))
+        },
+    }
