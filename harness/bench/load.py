@@ -8,11 +8,20 @@ asserted against a time limit.
      LB answers itself (`/-/null`), so nothing but the client limits it;
   3. the open loop at three times the cluster's rate against `/-/null`:
      does it keep its schedule (achieved rate, how late requests started)?
+  4. the open loop in one process against the same loop split over one
+     process per core (`open_loop_processes`), against `/-/null`, offered at
+     0.5, 1 and 1.5 times the generator's capacity (2.): requests/s achieved,
+     start lag and failures side by side at each, and what the record costs
+     (bytes a row in the saved history, the time to save it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
 
 from harness.cluster import appconfigs, images
 from harness.cluster.cluster import Cluster, ClusterConfig
@@ -20,7 +29,7 @@ from harness.core import log
 from harness.core.pin import load_pin
 from harness.experiment.checker import percentile
 from harness.experiment.history import History
-from harness.experiment.load import LoadSpec, Mix, closed_loop, open_loop
+from harness.experiment.load import LoadSpec, Mix, closed_loop, open_loop, open_loop_processes
 
 _log = log.get(__name__)
 
@@ -32,6 +41,51 @@ def _rate(history: History) -> float:
 
 def _failures(history: History) -> int:
     return sum(1 for r in history.requests if r.error)
+
+
+# Part 4's offered rates, as multiples of one process's closed-loop capacity,
+# and how long each runs: long enough for a rate to settle, short enough that
+# six runs of up to 1.5x a core's worth of rows stay in memory.
+SPLIT_FACTORS = (0.5, 1.0, 1.5)
+SPLIT_S = 5.0
+
+
+def _paced(history: History) -> dict:
+    """Achieved rate, start lag and failures of an open loop's record."""
+    # A request that never got a connection was not sent: it has no lag.
+    sent = [r for r in history.requests if r.sent]
+    lags = sorted(r.start - r.scheduled for r in sent if r.scheduled)
+    starts = [r.start for r in sent]
+    return {
+        "sent": len(sent),
+        "achieved_rps": len(starts) / (max(starts) - min(starts)),
+        "lag_p50_ms": percentile(lags, 50) * 1000 if lags else None,
+        "lag_p99_ms": percentile(lags, 99) * 1000 if lags else None,
+        "failures": _failures(history),
+    }
+
+
+def _split(port: int, rate: float, seconds: float, connections: int, processes: int) -> dict:
+    """The open loop at `rate` against /-/null over `processes` processes."""
+    history = History()
+    spec = LoadSpec(
+        rate=rate,
+        duration_s=seconds,
+        connections=connections,
+        mix=Mix(short_path="/-/null"),
+        timeout_s=10,
+    )
+    asyncio.run(open_loop_processes("127.0.0.1", port, spec, history, processes))
+    result = _paced(history) | {"processes": processes, "scheduled": history.scheduled}
+    # What the record costs: the saved history's bytes a row, and the time to
+    # write it (the processes' rows are merged in the run above).
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "history.jsonl"
+        started = time.perf_counter()
+        history.save(path)
+        result["save_s"] = time.perf_counter() - started
+        result["bytes_per_row"] = path.stat().st_size / max(len(history.requests), 1)
+    return result
 
 
 def bench_load(requests: int = 3000, connections: int = 32, open_loop_s: float = 10.0) -> dict:
@@ -66,11 +120,24 @@ def bench_load(requests: int = 3000, connections: int = 32, open_loop_s: float =
             timeout_s=10,
         )
         asyncio.run(open_loop("127.0.0.1", port, spec, paced))
-        # A request that never got a connection was not sent: it has no lag.
-        sent = [r for r in paced.requests if r.sent]
-        lags = sorted(r.start - r.scheduled for r in sent if r.scheduled)
-        starts = [r.start for r in sent]
-        achieved = len(starts) / (max(starts) - min(starts))
+        paced_result = _paced(paced)
+
+        cores = max(os.cpu_count() or 1, 2)
+        split = []
+        for factor in SPLIT_FACTORS:
+            rate = factor * generator_rps
+            for processes in (1, cores):
+                _log.info(
+                    "bench: 4/4 open loop at %.1fx the generator's capacity (%.0f/s) for "
+                    "%.0fs, %d process(es)",
+                    factor,
+                    rate,
+                    SPLIT_S,
+                    processes,
+                )
+                split.append(
+                    _split(port, rate, SPLIT_S, connections * 2, processes) | {"factor": factor}
+                )
     return {
         "cluster_rps": cluster_rps,
         "cluster_failures": _failures(served),
@@ -78,11 +145,12 @@ def bench_load(requests: int = 3000, connections: int = 32, open_loop_s: float =
         "generator_failures": _failures(null),
         "ratio": generator_rps / cluster_rps,
         "open_loop_offered_rps": offered,
-        "open_loop_sent": len(sent),
-        "open_loop_achieved_rps": achieved,
-        "open_loop_lag_p50_ms": percentile(lags, 50) * 1000 if lags else None,
-        "open_loop_lag_p99_ms": percentile(lags, 99) * 1000 if lags else None,
-        "open_loop_failures": _failures(paced),
+        "open_loop_sent": paced_result["sent"],
+        "open_loop_achieved_rps": paced_result["achieved_rps"],
+        "open_loop_lag_p50_ms": paced_result["lag_p50_ms"],
+        "open_loop_lag_p99_ms": paced_result["lag_p99_ms"],
+        "open_loop_failures": paced_result["failures"],
+        "split": split,
     }
 
 
@@ -109,3 +177,22 @@ def print_load(result: dict) -> None:
         f"open loop at 3x: start lag p50 {result['open_loop_lag_p50_ms']:.1f} ms, "
         f"p99 {result['open_loop_lag_p99_ms']:.1f} ms"
     )
+    print()
+    print(
+        "open loop split over processes (against /-/null), offered at multiples of one "
+        "process's capacity:"
+    )
+    print()
+    print(
+        "| offered | processes | requests | achieved/s | start lag p50 | p99 | failures "
+        "| history bytes/row | save |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in result["split"]:
+        lag = [row[k] for k in ("lag_p50_ms", "lag_p99_ms")]
+        print(
+            f"| {row['factor']:g}x | {row['processes']} | {row['scheduled']:,} "
+            f"| {row['achieved_rps']:,.0f} | "
+            + " | ".join(f"{v:.1f} ms" if v is not None else "-" for v in lag)
+            + f" | {row['failures']:,} | {row['bytes_per_row']:.0f} | {row['save_s']:.2f} s |"
+        )
