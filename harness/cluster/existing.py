@@ -194,6 +194,7 @@ class ExistingCluster(RayCluster):
                 f"Synchronise the clocks (NTP). {nobody}"
             )
         found["clock_skew_s"] = round(skew, 3)
+        found["clock_skew_within_s"] = round((answered - asked) / 2, 3)
         cluster.found = found
         return cluster
 

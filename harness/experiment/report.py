@@ -349,7 +349,8 @@ def cluster_section(found: dict) -> str:
     lines = [
         f"- Ray {found.get('version')} (commit {found.get('commit', '?')}); the series' "
         f"settings its Serve reads: {', '.join(found.get('known', [])) or 'none (stock)'}",
-        f"- the head's clock: {found.get('clock_skew_s', 0):+.3f} s from the harness's; "
+        f"- the head's clock: {found.get('clock_skew_s', 0):+.2f} s from the harness's, to "
+        f"within {found.get('clock_skew_within_s', 0):.2f} s (half the time a job took); "
         f"its zone: UTC{found.get('utc_offset_s', 0) / 3600:+g} h",
         "- the head's Serve settings: "
         + (", ".join(f"`{k}={v}`" for k, v in found.get("env", {}).items()) or "none set"),
