@@ -4,7 +4,7 @@ not start, written by its user (TOML).
     dashboard = "http://10.0.0.5:8265"   # Ray's dashboard on the head
     ingress = "http://10.0.0.100:80"     # the load balancer users' requests go through
     serve_port = 8000                     # each node's Serve HTTP port (HAProxy), default 8000
-    metrics_port = 8090                   # each node's --metrics-export-port, if set
+    metrics_port = 8090                   # each node's --metrics-export-port
 
     [commands]  # shell commands that act on one node
     terminate = "./ops/terminate-node.sh {ip}"  # your script: a cloud API call
@@ -48,7 +48,7 @@ class ClusterFile:
     ingress_host: str
     ingress_port: int
     serve_port: int = 8000
-    metrics_port: int | None = None
+    metrics_port: int = 0
     commands: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -145,15 +145,14 @@ def load(path: Path) -> ClusterFile:
         ingress_host=ingress.hostname or "",
         ingress_port=ingress.port or 80,  # _http_url refused a port of 0
         serve_port=_port(path, data, "serve_port") or 8000,
-        metrics_port=_port(path, data, "metrics_port"),
+        metrics_port=_required_port(path, data, "metrics_port"),
         commands=commands,
     )
 
 
-def _http_url(path: Path, data: dict, key: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str):
-        raise HarnessError(f"{path}: {key} is missing; give it as an http:// URL")
+def http_address(value: str, what: str) -> tuple[str, int]:
+    """(host, port) of an http://HOST[:PORT] URL; anything else is an error
+    naming `what`."""
     parts = urlsplit(value)
     try:
         port = parts.port
@@ -161,10 +160,28 @@ def _http_url(path: Path, data: dict, key: str) -> str:
         port = 0
     if parts.scheme != "http" or not parts.hostname or port == 0:
         raise HarnessError(
-            f"{path}: {key} = {value!r} is not an http://HOST[:PORT] URL (the load "
+            f"{what} = {value!r} is not an http://HOST[:PORT] URL (the load "
             f"generator speaks plain HTTP/1.1; put TLS termination in front of it)"
         )
+    return parts.hostname, port or 80
+
+
+def _http_url(path: Path, data: dict, key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise HarnessError(f"{path}: {key} is missing; give it as an http:// URL")
+    http_address(value, f"{path}: {key}")
     return value
+
+
+def _required_port(path: Path, data: dict, key: str) -> int:
+    port = _port(path, data, key)
+    if port is None:
+        raise HarnessError(
+            f"{path}: {key} is missing: the harness reads each node's metrics there and "
+            f"checks with it that this host reaches the nodes (ray start --metrics-export-port)"
+        )
+    return port
 
 
 def _port(path: Path, data: dict, key: str) -> int | None:

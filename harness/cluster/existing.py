@@ -161,15 +161,14 @@ class ExistingCluster(RayCluster):
                 f'"w" that keeps the harness\'s replicas off the head; start the workers '
                 f"with --resources='{{\"w\": 10}}'. {nobody}"
             )
-        if spec.metrics_port is not None:
-            silent = [n.name for n in cluster.nodes if not _port_open(n.ip, spec.metrics_port)]
-            if silent:
-                raise HarnessError(
-                    f"this host cannot reach the metrics port {spec.metrics_port} of "
-                    f"{', '.join(silent)}: the harness talks to each node's Serve port and "
-                    f"metrics port directly, so run it where the nodes' addresses route. "
-                    f"{nobody}"
-                )
+        silent = [n.name for n in cluster.nodes if not _port_open(n.ip, spec.metrics_port)]
+        if silent:
+            raise HarnessError(
+                f"this host cannot reach the metrics port {spec.metrics_port} of "
+                f"{', '.join(silent)}: the harness talks to each node's Serve port and "
+                f"metrics port directly, so run it where the nodes' addresses route. "
+                f"{nobody}"
+            )
         asked = time.time()
         found = cluster.exec_head(["ray-info", "--settings", ",".join(settings)])
         answered = time.time()
@@ -393,7 +392,7 @@ class ExistingCluster(RayCluster):
                 "STOPPED",
             ):
                 if time.monotonic() > deadline:
-                    client.stop_job(job)
+                    self._sdk("stop a job", lambda: client.stop_job(job))
                     raise HarnessError(
                         f"the Ray job {job} ({entrypoint}) did not end in {timeout_s:.0f}s"
                     )
@@ -410,11 +409,13 @@ class ExistingCluster(RayCluster):
         return answer
 
     def app_config(self, config: dict[str, Any]) -> dict[str, Any]:
-        """Each app given the harness's apps as a py_module (the nodes do not
-        have them)."""
+        """Serve on the file's port, and each app given the harness's apps as
+        a py_module (the nodes do not have them)."""
         uri = self._harness_module()
+        http_options = {**(config.get("http_options") or {}), "port": self.serve_port}
         return {
             **config,
+            "http_options": http_options,
             "applications": [
                 {**app, "runtime_env": {**app.get("runtime_env", {}), "py_modules": [uri]}}
                 for app in config["applications"]
@@ -428,23 +429,30 @@ class ExistingCluster(RayCluster):
         started with, whatever a later deploy says: a config whose options
         differ from the running Serve's is an error, not a run judged under
         options it does not have."""
+        from ray.serve.schema import HTTPOptionsSchema
+
         config = self.app_config(config)
         client = self._serve_client()
+        details = self._sdk("read Serve's status", client.get_serve_details)
+        if (details.get("controller_info") or {}).get("node_id"):  # Serve is running
+            # Every option, those the config leaves to their defaults included:
+            # Serve keeps what it started with.
+            wanted = HTTPOptionsSchema(**config["http_options"]).dict()
+            running = details.get("http_options") or {}
+            differs = {
+                key: (value, running.get(key))
+                for key, value in wanted.items()
+                if key in running and running[key] != value
+            }
+            if differs:
+                raise HarnessError(
+                    "Serve on the cluster runs with other HTTP options than the scenario's "
+                    f"(option: wanted, running): {differs}. Serve applies HTTP options only "
+                    f"when it starts: run `serve shutdown` on the cluster and try again. "
+                    f"Nothing was deployed."
+                )
         self._sdk("deploy the apps", lambda: client.deploy_applications(config))
         names = {app["name"] for app in config["applications"]}
-        details = self._sdk("read Serve's status", client.get_serve_details)
-        running = details.get("http_options") or {}
-        differs = {
-            key: (value, running.get(key))
-            for key, value in (config.get("http_options") or {}).items()
-            if running.get(key) != value
-        }
-        if differs:
-            raise HarnessError(
-                "Serve on the cluster runs with other HTTP options than the scenario's "
-                f"(option: wanted, running): {differs}. Serve applies HTTP options only "
-                f"when it starts: run `serve shutdown` on the cluster and try again."
-            )
         if not wait:
             return {"applications": dict.fromkeys(names, "SUBMITTED")}
         deadline = time.monotonic() + timeout_s
@@ -545,14 +553,15 @@ class ExistingCluster(RayCluster):
 
         def stop() -> None:
             stopped.set()
-            client.stop_job(job)
+            try:
+                client.stop_job(job)
+            except Exception as exc:  # it ends by itself after WATCH_LIMIT_S
+                _log.warning("existing cluster: the watch job %s was not stopped: %s", job, exc)
 
         return ProcessWatch(_job_lines(client, job, stopped), stop)
 
     def metrics_text(self, node: Node | None = None) -> str:
         node = node or self.head
-        if self.spec.metrics_port is None:
-            raise Unavailable(f"{self.spec.path} gives no metrics_port")
         url = f"http://{node.ip}:{self.spec.metrics_port}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=60) as response:

@@ -38,6 +38,9 @@ UNHEALTHY = "marking it unhealthy"
 VERDICTS = ["times in a row, marking it unhealthy", "crashed, marking it unhealthy"]
 
 
+CONTROLLER_LOGS = "/logs/serve/controller_"  # the Serve controller's log files
+
+
 def wait_for_unhealthy(
     cluster: RayCluster, replica: str | None, since: float, timeout_s: float
 ) -> float | None:
@@ -46,7 +49,8 @@ def wait_for_unhealthy(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            lines = cluster.log_lines(cluster.head, VERDICTS)
+            # The controller's log alone: it is polled every second.
+            lines = cluster.log_lines(cluster.head, VERDICTS, CONTROLLER_LOGS)
         except Unavailable:  # not this time; if never, the wait ends "not detected"
             lines = []
         for stamp, line in lines:

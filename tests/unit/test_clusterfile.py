@@ -54,6 +54,7 @@ def test_a_good_file_says_where_the_cluster_is_and_what_acts_on_a_node(tmp_path)
         (GOOD.replace("{name} at", "{hostname} at"), "not a template over"),
         (GOOD.replace("metrics_port = 8090", "metrics_port = 99999"), "not a port number"),
         ("ingres = 1\n" + GOOD, "unknown keys ingres"),
+        (GOOD.replace("metrics_port = 8090\n", ""), "metrics_port is missing"),
         ("dashboard = [", "not valid TOML"),
         (GOOD.replace("http://10.0.0.100", "http://10.0.0.100:99999"), "not an http://HOST"),
         (GOOD.replace("http://10.0.0.100", "http://10.0.0.100:abc"), "not an http://HOST"),
@@ -200,7 +201,10 @@ def _answering(monkeypatch, tmp_path, found: dict, nodes=None):
     State API's node list and the agent's `ray-info`."""
     import time as time_module
 
-    spec = clusterfile.load(_file(tmp_path, GOOD.replace("metrics_port = 8090\n", "")))
+    from harness.cluster import existing
+
+    spec = clusterfile.load(_file(tmp_path, GOOD))
+    monkeypatch.setattr(existing, "_port_open", lambda host, port: host != "10.0.0.99")
     nodes = nodes or [
         {
             "node_id": "h",
@@ -247,6 +251,30 @@ def test_a_cluster_the_harness_cannot_judge_is_refused(monkeypatch, tmp_path, fo
     with pytest.raises(HarnessError, match=said) as caught:
         ExistingCluster.prepare(spec, {"terminate"}, "spot_preemption", [])
     assert "Nothing was changed" in str(caught.value)
+
+
+def test_a_cluster_whose_nodes_this_host_cannot_reach_is_refused(monkeypatch, tmp_path):
+    nodes = [
+        {
+            "node_id": "h",
+            "node_ip": "10.0.0.5",
+            "node_name": "head",
+            "state": "ALIVE",
+            "is_head_node": True,
+            "resources_total": {},
+        },
+        {
+            "node_id": "w9",
+            "node_ip": "10.0.0.99",
+            "node_name": "w9",
+            "state": "ALIVE",
+            "is_head_node": False,
+            "resources_total": {"w": 10},
+        },
+    ]
+    spec = _answering(monkeypatch, tmp_path, {}, nodes)
+    with pytest.raises(HarnessError, match="cannot reach the metrics port 8090 of w9"):
+        ExistingCluster.prepare(spec, {"terminate"}, "spot_preemption", [])
 
 
 def test_a_ray_address_in_the_environment_that_names_another_cluster_is_refused(
@@ -331,3 +359,32 @@ def test_a_run_on_an_existing_cluster_is_judged_as_it_is_and_says_what_it_ran(tm
     md = outcome.report["md"].read_text()
     assert "## The cluster (2.60.0-stock existing cluster)" in md
     assert "`RAY_SERVE_HAPROXY_HARD_STOP_AFTER_S`: 30, None" in md
+
+
+def test_serve_running_with_other_http_options_is_refused_before_anything_is_deployed(
+    monkeypatch, tmp_path
+):
+    """Serve keeps the HTTP options it started with; an option the config
+    leaves to its default counts too (a request timeout a previous run set)."""
+    spec = clusterfile.load(_file(tmp_path, "serve_port = 8001\n" + GOOD))
+    deployed = []
+
+    class Serve:
+        def get_serve_details(self):
+            return {
+                "controller_info": {"node_id": "h"},
+                "http_options": {"host": "0.0.0.0", "port": 8001, "request_timeout_s": 15.0},
+            }
+
+        def deploy_applications(self, config):
+            deployed.append(config)
+
+    cluster = ExistingCluster(spec)
+    monkeypatch.setattr(ExistingCluster, "_serve_client", lambda self: Serve())
+    monkeypatch.setattr(ExistingCluster, "_harness_module", lambda self: "gcs://harness.zip")
+    config = {"http_options": {"host": "0.0.0.0", "port": 8000}, "applications": []}
+    with pytest.raises(HarnessError, match="request_timeout_s.*Nothing was deployed"):
+        cluster.deploy(config)
+    assert deployed == []
+    # The file's port is Serve's port: the config's 8000 was replaced.
+    assert cluster.app_config(config)["http_options"]["port"] == 8001
