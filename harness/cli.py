@@ -210,7 +210,45 @@ def cmd_scenarios(args) -> None:
 def cmd_analyze(args) -> None:
     from harness.scenarios.analyze import analyze
 
-    _print_outcome(analyze(Path(args.path), Path(args.out) if args.out else None))
+    out = Path(args.out) if args.out else None
+    _print_outcome(analyze(Path(args.path), out, merge=args.merge))
+
+
+def cmd_load(args) -> None:
+    """The open loop from this host against an ingress, its history saved
+    where `analyze --merge` finds it beside other hosts' (README.md, "Load from
+    more than one process")."""
+    import asyncio
+    import socket
+
+    from harness.cluster.clusterfile import http_address
+    from harness.experiment.history import History, history_name
+    from harness.experiment.load import LoadSpec, Mix, open_loop_processes
+
+    host, port = http_address(args.ingress, "--ingress")
+    label = args.name or f"load from {socket.gethostname()}"
+    out = Path(args.out) / history_name(label)
+    if out.exists():
+        from harness.core.errors import HarnessError
+
+        raise HarnessError(f"{out} exists; give this host's load another --name, or move it")
+    history = History({"label": label, "title": "Load from several hosts", "claim": True})
+    spec = LoadSpec(
+        rate=args.rate,
+        duration_s=args.seconds,
+        connections=args.connections,
+        mix=Mix(short_path=args.path),
+        timeout_s=args.timeout,
+    )
+    start = args.start if args.start else None
+    if start is not None and start < time.time():
+        from harness.core.errors import HarnessError
+
+        raise HarnessError(f"--start {start:.0f} is in the past; give a time all hosts will reach")
+    asyncio.run(open_loop_processes(host, port, spec, history, args.processes, start=start))
+    history.save(out)
+    failed = sum(not r.ok for r in history.requests)
+    print(f"{len(history.requests):,} requests, {failed:,} failed; history: {out}")
 
 
 def _print_outcome(outcome) -> None:
@@ -682,7 +720,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="a history-*.jsonl file or a results directory, e.g. build/results/spot_preemption",
     )
     p.add_argument("--out", help="where to write the report (default: PATH/analysis)")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="judge the histories as one record (the load of several hosts, `load`)",
+    )
     p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser(
+        "load",
+        help="send the open loop from this host to an ingress and save its history",
+        description="Load from this host's cores (one process each with --processes), "
+        "as one of several hosts: start each with the same --start, collect the "
+        "histories in one folder, and judge them as one record with `analyze --merge`.",
+    )
+    p.add_argument("--ingress", required=True, help="http://HOST[:PORT] of the load balancer")
+    p.add_argument("--rate", type=float, required=True, help="requests/s from this host")
+    p.add_argument("--seconds", type=float, required=True, help="how long to schedule")
+    p.add_argument("--processes", type=at_least_one, default=os.cpu_count() or 1)
+    p.add_argument("--connections", type=at_least_one, default=64)
+    p.add_argument("--path", default="/", help="the path every request asks for")
+    p.add_argument("--timeout", type=float, default=30.0, help="per request, seconds")
+    p.add_argument(
+        "--start", type=float, default=0.0, help="when the first request is due (epoch seconds)"
+    )
+    p.add_argument("--out", default=".", help="the folder the history goes to")
+    p.add_argument("--name", help="this load's name in the record (default: 'load from HOSTNAME')")
+    p.set_defaults(func=cmd_load)
 
     p = sub.add_parser("bench", help="benchmarks, printed side by side as ratios")
     benches = p.add_subparsers(dest="bench", required=True, metavar="BENCH")

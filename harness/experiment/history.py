@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,25 @@ class History:
         if stray:
             parts.append(f"{stray:,} rows with no ticket")
         return "; ".join(parts)
+
+    @classmethod
+    def merged(cls, parts: list[History], meta: dict) -> History:
+        """One record of several (the load of several hosts): every part's
+        requests under tickets of this history's, so a ticket a part handed out
+        and never recorded stays a gap here, and every part's events."""
+        whole = cls(meta)
+        for part in parts:
+            tickets = [whole.schedule() for _ in range(part.scheduled)]
+            for row in part.requests:
+                if row.id is None or not 0 <= row.id < len(tickets):
+                    raise HarnessError(
+                        f"{part.meta.get('label', 'a history')} has a row with no ticket of "
+                        f"its own ({row.id}); it cannot be merged"
+                    )
+                whole.record(tickets[row.id], replace(row))
+            for event in part.events:
+                whole.add_event(event)
+        return whole
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

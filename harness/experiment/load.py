@@ -418,7 +418,12 @@ CONNECTIONS_PER_PROCESS = 100_000  # connection numbers: process i from i x this
 
 
 async def open_loop_processes(
-    host: str, port: int, spec: LoadSpec, history: History, processes: int
+    host: str,
+    port: int,
+    spec: LoadSpec,
+    history: History,
+    processes: int,
+    start: float | None = None,
 ) -> None:
     """The open loop of `spec` split over `processes` OS processes, for a rate
     one process cannot keep (one core's worth of asyncio): process i sends
@@ -428,11 +433,12 @@ async def open_loop_processes(
     in the order it scheduled them, so the record is as complete as one
     process's: a ticket a process scheduled and never recorded stays a gap
     the checker fails on. Bounded as `open_loop` is (duration, count, and each
-    request's timeout); there is no `stop`."""
+    request's timeout); there is no `stop`. `start`: when the first request
+    is due (default: as soon as the processes are up)."""
     if processes <= 1:
-        await open_loop(host, port, spec, history)
+        await open_loop(host, port, spec, history, start=start)
         return
-    start = time.time() + PROCESS_START_S
+    start = start or time.time() + PROCESS_START_S
     parts = [
         (
             replace(

@@ -42,9 +42,11 @@ class Recorded(Scenario[Facts]):
         return bool(claimed) and all(r.passed for r in claimed), findings
 
 
-def analyze(path: Path, out_dir: Path | None = None) -> ScenarioOutcome:
+def analyze(path: Path, out_dir: Path | None = None, merge: bool = False) -> ScenarioOutcome:
     """Re-judge the histories at `path` and write their report to `out_dir`
-    (default: `analysis/` beside them, so the original report stays)."""
+    (default: `analysis/` beside them, so the original report stays). With
+    `merge`, histories of no scenario (several hosts' `load`) are judged as
+    one record."""
     if not path.exists():
         raise HarnessError(
             f"{path} does not exist; give a history file or a results "
@@ -57,6 +59,20 @@ def analyze(path: Path, out_dir: Path | None = None) -> ScenarioOutcome:
             f"in build/results/NAME/."
         )
     histories = [History.load(f) for f in files]
+    if merge:
+        if any(h.meta.get("scenario") for h in histories):
+            raise HarnessError(
+                f"{path} holds a scenario's runs, which are judged side by side, not merged"
+            )
+        sources = [str(h.meta.get("label", f.name)) for f, h in zip(files, histories, strict=True)]
+        whole = History.merged(
+            histories, {"label": f"{len(histories)} histories merged", "merged": sources}
+        )
+        folder = path.parent if path.is_file() else path
+        notes = [f"merged: {', '.join(sources)}"]
+        return judge_runs(
+            Recorded("Load from several hosts"), [whole], out_dir or folder / ANALYSIS_DIR, notes
+        )
     names = sorted({str(h.meta.get("scenario")) for h in histories if h.meta.get("scenario")})
     if len(names) > 1:
         raise HarnessError(

@@ -642,3 +642,53 @@ def test_a_refused_websocket_connect_is_refused():
     history = History()
     row = run(websocket_session(history, "127.0.0.1", port, "/ws/ticks", 3, 0, 2))
     assert row.error == "refused" and row.status is None
+
+
+# --- several hosts' load, one record
+
+
+def test_two_hosts_loads_are_judged_as_one_record(tmp_path, capsys):
+    """`load` twice (standing in for two hosts) into one folder, then
+    `analyze --merge`: one record with every request of both, each under a
+    ticket of its own; a part with a ticket it never recorded leaves a gap the
+    merged record fails on."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from harness import cli
+
+    class Ok(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    ingress = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        argv = ["load", "--ingress", ingress, "--rate", "40", "--seconds", "0.5"]
+        argv += ["--processes", "1", "--out", str(tmp_path)]
+        for host in ("a", "b"):
+            assert cli.main([*argv, "--name", f"load from {host}"]) == 0
+        # A third under a name already there would overwrite a history: refused.
+        assert cli.main([*argv, "--name", "load from a"]) == 2
+    finally:
+        server.shutdown()
+    parts = sorted(tmp_path.glob("history-*.jsonl"))
+    assert len(parts) == 2
+    assert cli.main(["analyze", str(tmp_path), "--merge"]) == 0
+    out = capsys.readouterr().out
+    assert "**2 histories merged**: 0 of 40 requests failed, PASSED" in out
+
+    # One part scheduled a request it has no row for: the merged record has a gap.
+    lines = parts[0].read_text().splitlines()
+    parts[0].write_text("\n".join(lines[:-1]) + "\n")
+    assert cli.main(["analyze", str(tmp_path), "--merge", "--out", str(tmp_path / "b")]) == 1
+    assert "The record is incomplete" in capsys.readouterr().out
