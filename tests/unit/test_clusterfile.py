@@ -196,6 +196,22 @@ def test_a_cluster_whose_workers_lack_the_w_resource_is_refused(tmp_path, monkey
 # ------------------------------------------------------------------ the cluster, faked
 
 
+def _state_nodes(worker_ip: str) -> list[dict]:
+    """The State API's alive head and one worker (with the "w" resource) at `worker_ip`."""
+    node = {"state": "ALIVE", "resources_total": {}}
+    return [
+        {**node, "node_id": "h", "node_ip": "10.0.0.5", "node_name": "head", "is_head_node": True},
+        {
+            **node,
+            "node_id": worker_ip.rsplit(".", 1)[1],
+            "node_ip": worker_ip,
+            "node_name": "w" + worker_ip.rsplit(".", 1)[1],
+            "is_head_node": False,
+            "resources_total": {"w": 10},
+        },
+    ]
+
+
 def _answering(monkeypatch, tmp_path, found: dict, nodes=None):
     """An ExistingCluster whose dashboard answers from these values: the
     State API's node list and the agent's `ray-info`."""
@@ -205,24 +221,7 @@ def _answering(monkeypatch, tmp_path, found: dict, nodes=None):
 
     spec = clusterfile.load(_file(tmp_path, GOOD))
     monkeypatch.setattr(existing, "_port_open", lambda host, port: host != "10.0.0.99")
-    nodes = nodes or [
-        {
-            "node_id": "h",
-            "node_ip": "10.0.0.5",
-            "node_name": "head",
-            "state": "ALIVE",
-            "is_head_node": True,
-            "resources_total": {},
-        },
-        {
-            "node_id": "w1",
-            "node_ip": "10.0.0.6",
-            "node_name": "w1",
-            "state": "ALIVE",
-            "is_head_node": False,
-            "resources_total": {"w": 10},
-        },
-    ]
+    nodes = nodes or _state_nodes(worker_ip="10.0.0.6")
     monkeypatch.setattr(ExistingCluster, "_state_nodes", lambda self: nodes)
     info = {
         "version": "2.60.0",
@@ -254,26 +253,9 @@ def test_a_cluster_the_harness_cannot_judge_is_refused(monkeypatch, tmp_path, fo
 
 
 def test_a_cluster_whose_nodes_this_host_cannot_reach_is_refused(monkeypatch, tmp_path):
-    nodes = [
-        {
-            "node_id": "h",
-            "node_ip": "10.0.0.5",
-            "node_name": "head",
-            "state": "ALIVE",
-            "is_head_node": True,
-            "resources_total": {},
-        },
-        {
-            "node_id": "w9",
-            "node_ip": "10.0.0.99",
-            "node_name": "w9",
-            "state": "ALIVE",
-            "is_head_node": False,
-            "resources_total": {"w": 10},
-        },
-    ]
+    nodes = _state_nodes(worker_ip="10.0.0.99")
     spec = _answering(monkeypatch, tmp_path, {}, nodes)
-    with pytest.raises(HarnessError, match="cannot reach the metrics port 8090 of w9"):
+    with pytest.raises(HarnessError, match="cannot reach the metrics port 8090 of w99"):
         ExistingCluster.prepare(spec, {"terminate"}, "spot_preemption", [])
 
 
@@ -294,8 +276,8 @@ def test_a_ready_cluster_keeps_what_it_runs_and_its_clock(monkeypatch, tmp_path)
     cluster = ExistingCluster.prepare(spec, {"terminate"}, "spot_preemption", [])
     assert cluster.flavor == "patched"
     assert abs(cluster.found["clock_skew_s"]) < 1.0
-    assert [n.name for n in cluster.nodes] == ["head", "w1"]
-    assert cluster.ray_node_ids() == {"head": "h", "w1": "w1"}
+    assert [n.name for n in cluster.nodes] == ["head", "w6"]
+    assert cluster.ray_node_ids() == {"head": "h", "w6": "6"}
 
 
 def test_log_times_are_read_in_the_heads_zone(monkeypatch, tmp_path):
