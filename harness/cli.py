@@ -171,12 +171,10 @@ def cmd_run(args) -> None:
 
     from harness.cluster import clusterfile, images
     from harness.core.errors import HarnessError
-    from harness.scenarios import SCENARIOS, run_scenario
+    from harness.scenarios import run_scenario, scenario_named
 
-    if args.scenario not in SCENARIOS:
-        raise HarnessError(f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
+    scenario_class = scenario_named(args.scenario)
     specs = [images.ImageSpec.parse(s) for s in args.image] or None
-    scenario_class = SCENARIOS[args.scenario]
     options = {}
     if args.scale is not None:
         if "scale" not in inspect.signature(scenario_class).parameters:
@@ -194,16 +192,12 @@ def cmd_run(args) -> None:
 def cmd_scenarios(args) -> None:
     """The scenario list `run --help` ends with, alone (`make help` prints it);
     with --env, the node settings one scenario starts its clusters with."""
-    from harness.scenarios import SCENARIOS, node_env, scenario_list
+    from harness.scenarios import node_env, scenario_list, scenario_named
 
     if args.env is None:
         print(scenario_list())
         return
-    if args.env not in SCENARIOS:
-        from harness.core.errors import HarnessError
-
-        raise HarnessError(f"unknown scenario {args.env!r}; known: {', '.join(SCENARIOS)}")
-    for name, value in node_env(SCENARIOS[args.env]()).items():
+    for name, value in node_env(scenario_named(args.env)()).items():
         print(f"{name}={value}")
 
 
@@ -240,12 +234,13 @@ def cmd_load(args) -> None:
         mix=Mix(short_path=args.path),
         timeout_s=args.timeout,
     )
-    start = args.start if args.start else None
-    if start is not None and start < time.time():
+    if args.start is not None and args.start < time.time():
         from harness.core.errors import HarnessError
 
-        raise HarnessError(f"--start {start:.0f} is in the past; give a time all hosts will reach")
-    asyncio.run(open_loop_processes(host, port, spec, history, args.processes, start=start))
+        raise HarnessError(
+            f"--start {args.start:.0f} is in the past; give a time all hosts will reach"
+        )
+    asyncio.run(open_loop_processes(host, port, spec, history, args.processes, start=args.start))
     history.save(out)
     failed = sum(not r.ok for r in history.requests)
     print(f"{len(history.requests):,} requests, {failed:,} failed; history: {out}")
@@ -742,7 +737,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", default="/", help="the path every request asks for")
     p.add_argument("--timeout", type=float, default=30.0, help="per request, seconds")
     p.add_argument(
-        "--start", type=float, default=0.0, help="when the first request is due (epoch seconds)"
+        "--start", type=float, help="when the first request is due (epoch seconds; default: now)"
     )
     p.add_argument("--out", default=".", help="the folder the history goes to")
     p.add_argument("--name", help="this load's name in the record (default: 'load from HOSTNAME')")

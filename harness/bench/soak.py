@@ -179,7 +179,7 @@ def soak(
         assert ladder is not None  # the spot-notice ladder's configuration has one
         existing.compare_env(ladder.node_env())
         tag = f"existing cluster at {cluster_file.dashboard}"
-        configs = {LADDER_CONFIG: CONFIGS[LADDER_CONFIG]}
+        configs = {LADDER_CONFIG: ladder}
         parallel = 1
         title += f", on the {existing.found['version']} {existing.flavor} {tag}"
     clear_histories(RESULTS_DIR)

@@ -98,8 +98,9 @@ class RayCluster(ABC):
     @abstractmethod
     def ray_nodes(self) -> list[dict[str, Any]]:
         """Every node the GCS knows, alive or dead: NodeID (hex), Alive,
-        NodeManagerAddress, NodeManagerHostname, and for a dead one its
-        DeathReason (the NodeDeathInfo reason's name) where known."""
+        NodeManagerAddress, Resources, and for a dead one its DeathReason (the
+        NodeDeathInfo reason's name) where known; each backend adds what else
+        its source gives (a hostname, a node name, start and end times)."""
 
     @abstractmethod
     def actors(self) -> list[dict[str, Any]]:

@@ -4,8 +4,9 @@ run against several images side by side and judged from the recorded history.
     python -m harness run NAME --image 2.59.0-stock --image 2.60.0-patched
 """
 
+from harness.core.errors import HarnessError
 from harness.core.pin import load_pin
-from harness.scenarios.base import ScenarioOutcome, node_env, run_scenario
+from harness.scenarios.base import Scenario, ScenarioOutcome, node_env, run_scenario
 from harness.scenarios.health import (
     ControllerLag,
     HealthFailure,
@@ -38,7 +39,14 @@ SCENARIOS = {
     )
 }
 
-__all__ = ["SCENARIOS", "ScenarioOutcome", "node_env", "run_scenario"]
+__all__ = ["SCENARIOS", "ScenarioOutcome", "node_env", "run_scenario", "scenario_named"]
+
+
+def scenario_named(name: str) -> type[Scenario]:
+    """The scenario class of that name; an unknown name is an error listing the known."""
+    if name not in SCENARIOS:
+        raise HarnessError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    return SCENARIOS[name]
 
 
 def scenario_list() -> str:
