@@ -309,7 +309,10 @@ def cmd_bench_health(args) -> None:
 def cmd_bench_membership(args) -> None:
     from harness.bench import membership as bench_membership
 
-    bench_membership.print_membership(bench_membership.bench_membership(args.rounds, args.sizes))
+    result = bench_membership.bench_membership(
+        args.rounds, args.sizes, tuple(args.parts or bench_membership.PARTS)
+    )
+    bench_membership.print_membership(result)
 
 
 def cmd_bench_keepalive(args) -> None:
@@ -786,6 +789,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_sizes,
         default=None,
         help="servers in the backend, comma-separated (default 16,64,256)",
+    )
+    b.add_argument(
+        "--part",
+        dest="parts",
+        choices=("controller", "sizes"),
+        action="append",
+        default=None,
+        help="run only this part (repeatable; default both)",
     )
     b.set_defaults(func=cmd_bench_membership)
     b = benches.add_parser(

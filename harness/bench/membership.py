@@ -62,7 +62,9 @@ _log = log.get(__name__)
 
 REPLICAS = 2
 SIZES = (16, 64, 256)  # servers in the backend, by-size part
-SIZE_ROUNDS = 10  # rounds (an addition and a removal each) per size
+SIZE_ROUNDS = 20  # rounds (an addition and a removal each) per size
+DRAINING = 8  # servers removed with a request still open, by-size part
+PARTS = ("controller", "sizes")
 # For the estimate of the time left only, guesses the pace corrects: a round
 # through the controller (a replica started, routed, and drained away) and a
 # round of the by-size part (a server added and one removed).
@@ -164,6 +166,7 @@ def measure_sizes(
         for size in sizes:
             progress.begin(f"{label}: {size} servers, {rounds} rounds", rounds * SIZE_ROUND_S)
             args = ["haproxy-membership", "--size", str(size), "--rounds", str(rounds)]
+            args += ["--draining", str(DRAINING)]
             sample = cluster.exec_head(args, check=False)
             if sample.get("error"):
                 raise HarnessError(f"bench-membership {label}, {size} servers: {sample['error']}")
@@ -187,7 +190,18 @@ def _size_row(label: str, sample: dict) -> dict:
     updates = sorted(c["update_s"] for c in changes)
     adds = [c for c in changes if c["kind"] == "add"]
     routed = sorted(c["routed_s"] for c in adds)
-    rate = statistics.median(c["probe_rate"] for c in adds)
+
+    def resolution(add: dict) -> float:
+        # Members without an anchor tie with the added server under leastconn,
+        # so the probes may pass over all of them first: after a reload every
+        # member (the new process has none of the anchors).
+        ties = sample["size"] if add["reloaded"] else sample["size"] - add["anchored"]
+        return (ties + 1) / add["probe_rate"]
+
+    def per_core_percent(window: str) -> dict:
+        return {k: 100 * v for k, v in sample[window].items()}
+
+    idle, drain = per_core_percent("idle"), per_core_percent("drain")
     return {
         "label": label,
         "size": sample["size"],
@@ -197,27 +211,42 @@ def _size_row(label: str, sample: dict) -> dict:
         "update_p99": percentile(updates, 99),
         "routed_p50": percentile(routed, 50),
         "routed_p99": percentile(routed, 99),
-        # One pass of the prober over every server in the backend, at its rate.
-        "resolution_s": (sample["size"] + 1) / rate,
+        "resolution_s": max(resolution(c) for c in adds),
         "rss_mib": sample["haproxy_rss_kib"] / 1024,
+        "fds": sample["haproxy_fds"],
         "processes": sample["haproxy_processes"],
         "server_lines": sample["config_server_lines"],
+        "draining": sample["draining"],
+        # What `draining` servers cost while they drain, in % of one core: the
+        # drain window's CPU less the idle window's just before it.
+        "drain_manager_pct": drain["manager_cpu_per_s"] - idle["manager_cpu_per_s"],
+        "drain_haproxy_pct": drain["haproxy_cpu_per_s"] - idle["haproxy_cpu_per_s"],
+        "idle_manager_pct": idle["manager_cpu_per_s"],
     }
 
 
-def bench_membership(rounds: int = 20, sizes: list[int] | None = None) -> dict:
+def bench_membership(
+    rounds: int = 20, sizes: list[int] | None = None, parts: tuple[str, ...] = PARTS
+) -> dict:
+    """`parts`: "controller", "sizes" or both; a part left out is an empty list."""
     sizes = sizes or list(SIZES)
     configs = _configs()
     tags = {str(c.image): images.ensure_node_image(c.image) for c in configs}
     # Each configuration: its node image and its nodes' environment.
     runs = [(c.label, tags[str(c.image)], {**MEMBERSHIP_CHURN, **c.env}) for c in configs]
     # The plan: every round of both parts, at the guesses above.
-    planned_s = len(runs) * (rounds * ROUND_S + len(sizes) * SIZE_ROUNDS * SIZE_ROUND_S)
-    with Progress("bench-membership", planned_s) as progress:
-        churn = [measure(tag, label, rounds, env, progress) for label, tag, env in runs]
+    controller_s = rounds * ROUND_S if "controller" in parts else 0
+    sizes_s = len(sizes) * SIZE_ROUNDS * SIZE_ROUND_S if "sizes" in parts else 0
+    with Progress("bench-membership", len(runs) * (controller_s + sizes_s)) as progress:
+        churn = [
+            measure(tag, label, rounds, env, progress)
+            for label, tag, env in runs
+            if "controller" in parts
+        ]
         by_size = [
             row
             for label, tag, env in runs
+            if "sizes" in parts
             for row in measure_sizes(tag, label, sizes, SIZE_ROUNDS, env, progress)
         ]
     result = {"controller": churn, "sizes": by_size}
@@ -231,7 +260,13 @@ def _ms(seconds: float) -> str:
 
 
 def print_membership(result: dict) -> None:
-    churn = result["controller"]
+    if result["controller"]:
+        _print_controller(result["controller"])
+    if result["sizes"]:
+        _print_sizes(result["sizes"])
+
+
+def _print_controller(churn: list[dict]) -> None:
     print()
     print(
         f"through the controller: one app, {REPLICAS} <-> {REPLICAS + 1} replicas on a worker; "
@@ -262,7 +297,9 @@ def print_membership(result: dict) -> None:
             f"{r['routed_p50'] / stock['routed_p50']:.2f}x, p99 "
             f"{r['routed_p99'] / stock['routed_p99']:.2f}x"
         )
-    rows = result["sizes"]
+
+
+def _print_sizes(rows: list[dict]) -> None:
     print()
     print(
         "by backend size: the HAProxy manager's code on its own, one backend of N real "
@@ -272,16 +309,29 @@ def print_membership(result: dict) -> None:
     print(
         "| configuration | servers | changes | HAProxy processes started "
         "| update p50 | p99 | added -> routed p50 | p99 | probe resolution "
-        "| HAProxy RSS | server lines in the config |"
+        "| HAProxy RSS | HAProxy fds | server lines in the config |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         processes = f"{r['processes']} process" + ("es" if r["processes"] != 1 else "")
         print(
-            f"| {r['label']} | {r['size']} | {r['changes']} | {r['started']} "
+            f"| {r['label']} | {r['size']:,} | {r['changes']} | {r['started']} "
             f"| {_ms(r['update_p50'])} | {_ms(r['update_p99'])} "
             f"| {_ms(r['routed_p50'])} | {_ms(r['routed_p99'])} | {_ms(r['resolution_s'])} "
-            f"| {r['rss_mib']:.1f} MiB ({processes}) | {r['server_lines']} |"
+            f"| {r['rss_mib']:.1f} MiB ({processes}) | {r['fds']:,} | {r['server_lines']:,} |"
+        )
+    print()
+    print(
+        f"while {DRAINING} servers drain (removed with a request still open), CPU in % of "
+        "one core over the idle window just before"
+    )
+    print()
+    print("| configuration | servers | the manager | HAProxy | the manager when idle |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['label']} | {r['size']:,} | {r['drain_manager_pct']:+.2f}% "
+            f"| {r['drain_haproxy_pct']:+.2f}% | {r['idle_manager_pct']:.2f}% |"
         )
     print()
     for size in sorted({r["size"] for r in rows}):
@@ -292,4 +342,29 @@ def print_membership(result: dict) -> None:
             f"routed {r['routed_p50'] / base['routed_p50']:.2f}x"
             for r in at[1:]
         )
-        print(f"{size} servers, p50 against stock: {ratios}")
+        print(f"{size:,} servers, p50 against stock: {ratios}")
+    _print_slopes(rows)
+
+
+SLOPED = (
+    ("update p99", "update_p99", _ms),
+    ("added -> routed p99", "routed_p99", _ms),
+    ("HAProxy RSS", "rss_mib", lambda v: f"{v:.1f} MiB"),
+    ("HAProxy fds", "fds", lambda v: f"{v:,.0f}"),
+    ("the manager's CPU while servers drain", "drain_manager_pct", lambda v: f"{v:+.2f}% core"),
+)
+
+
+def _print_slopes(rows: list[dict]) -> None:
+    """Per configuration, each figure's change per 1,000 servers between the
+    smallest and the largest size."""
+    for label in dict.fromkeys(r["label"] for r in rows):
+        mine = sorted((r for r in rows if r["label"] == label), key=lambda r: r["size"])
+        if len(mine) < 2:
+            continue
+        low, high = mine[0], mine[-1]
+        thousands = (high["size"] - low["size"]) / 1000
+        slopes = ", ".join(
+            f"{name} {show((high[key] - low[key]) / thousands)}" for name, key, show in SLOPED
+        )
+        print(f"{label}, per 1,000 servers ({low['size']:,} -> {high['size']:,}): {slopes}")

@@ -25,19 +25,30 @@ class FakeCluster(ClusterStandIn):
         if args[0] == "membership-latency":
             return {"started_s": 1.5, "routed_s": 0.04, "haproxy_processes_started": 1}
         size = int(args[args.index("--size") + 1])
-        add = {"kind": "add", "update_s": 0.01, "routed_s": 0.02, "probe_rate": 100.0}
+        add = {
+            "kind": "add",
+            "update_s": 0.01,
+            "routed_s": 0.02,
+            "probe_rate": 100.0,
+            "anchored": size,
+            "reloaded": False,
+        }
         remove = {"kind": "remove", "update_s": 0.01}
         return {
             "size": size,
             "changes": [add, remove],
             "haproxy_started": 0,
             "haproxy_rss_kib": 8192,
+            "haproxy_fds": 40,
             "haproxy_processes": 1,
             "config_server_lines": size,
+            "draining": 8,
+            "idle": {"manager_cpu_per_s": 0.001, "haproxy_cpu_per_s": 0.002},
+            "drain": {"manager_cpu_per_s": 0.002, "haproxy_cpu_per_s": 0.002},
         }
 
 
-def test_each_part_reports_its_progress_and_its_rounds_are_the_plan(monkeypatch, tmp_path, capsys):
+def _setup_offline(monkeypatch, tmp_path):
     monkeypatch.setattr(membership, "RESULTS_DIR", tmp_path)
     monkeypatch.setattr(
         membership,
@@ -50,24 +61,29 @@ def test_each_part_reports_its_progress_and_its_rounds_are_the_plan(monkeypatch,
     monkeypatch.setattr(membership.images, "ensure_node_image", lambda image: f"node:{image}")
     monkeypatch.setattr(membership, "Cluster", FakeCluster)
     monkeypatch.setattr(membership.time, "sleep", lambda s: None)
+
+
+def test_each_part_reports_its_progress_and_its_rounds_are_the_plan(monkeypatch, tmp_path, capsys):
+    _setup_offline(monkeypatch, tmp_path)
     made = record(monkeypatch, membership)
 
     result = membership.bench_membership(rounds=3, sizes=[16, 64])
 
     assert [row["size"] for row in result["sizes"]] == [16, 64, 16, 64]
     (progress,) = made
-    rounds_s, size_s = 3 * membership.ROUND_S, membership.SIZE_ROUNDS * membership.SIZE_ROUND_S
+    n = membership.SIZE_ROUNDS
+    rounds_s, size_s = 3 * membership.ROUND_S, n * membership.SIZE_ROUND_S
     assert progress.begun == [
         ("stock: starting a cluster", 0.0),
         ("stock: through the controller, 3 rounds", rounds_s),
         ("runtime servers: starting a cluster", 0.0),
         ("runtime servers: through the controller, 3 rounds", rounds_s),
         ("stock: starting a head-only cluster", 0.0),
-        ("stock: 16 servers, 10 rounds", size_s),
-        ("stock: 64 servers, 10 rounds", size_s),
+        (f"stock: 16 servers, {n} rounds", size_s),
+        (f"stock: 64 servers, {n} rounds", size_s),
         ("runtime servers: starting a head-only cluster", 0.0),
-        ("runtime servers: 16 servers, 10 rounds", size_s),
-        ("runtime servers: 64 servers, 10 rounds", size_s),
+        (f"runtime servers: 16 servers, {n} rounds", size_s),
+        (f"runtime servers: 64 servers, {n} rounds", size_s),
     ]
     assert progress.begun_s() == progress.planned_s
     lines = capsys.readouterr().err.splitlines()
@@ -76,7 +92,77 @@ def test_each_part_reports_its_progress_and_its_rounds_are_the_plan(monkeypatch,
         line.startswith("bench-membership stock: round 3/3: replica RUNNING") for line in lines
     )
     assert any(
-        line.startswith("bench-membership [") and line.endswith("] stock: 64 servers, 10 rounds")
+        line.startswith("bench-membership [") and line.endswith(f"] stock: 64 servers, {n} rounds")
         for line in lines
     )
     assert lines[-1] == "bench-membership: done in 0s"
+
+
+def test_one_part_alone_runs_and_prints_only_that_part(monkeypatch, tmp_path, capsys):
+    _setup_offline(monkeypatch, tmp_path)
+    made = record(monkeypatch, membership)
+
+    result = membership.bench_membership(rounds=3, sizes=[16, 64], parts=("sizes",))
+    membership.print_membership(result)
+
+    assert result["controller"] == []
+    (progress,) = made
+    assert not any("through the controller" in what for what, _ in progress.begun)
+    assert progress.begun_s() == progress.planned_s
+    out = capsys.readouterr().out
+    assert "through the controller" not in out
+    assert "by backend size" in out
+
+
+def _sample(size, reloaded, anchored, rate=1000.0):
+    add = {
+        "kind": "add",
+        "update_s": 0.01,
+        "routed_s": 0.02,
+        "probe_rate": rate,
+        "anchored": anchored,
+        "reloaded": reloaded,
+    }
+    return {
+        "size": size,
+        "changes": [add, {"kind": "remove", "update_s": 0.01}],
+        "haproxy_started": int(reloaded),
+        "haproxy_rss_kib": 1024 * size // 100,
+        "haproxy_fds": size + 20,
+        "haproxy_processes": 1,
+        "config_server_lines": size,
+        "draining": 8,
+        "idle": {"manager_cpu_per_s": 0.010, "haproxy_cpu_per_s": 0.020},
+        "drain": {"manager_cpu_per_s": 0.013, "haproxy_cpu_per_s": 0.020},
+    }
+
+
+def test_resolution_is_one_probe_when_every_member_is_anchored_and_a_pass_otherwise():
+    anchored = membership._size_row("runtime servers", _sample(1024, False, 1024))
+    reloaded = membership._size_row("stock", _sample(1024, True, 1024))
+    half = membership._size_row("runtime servers", _sample(1024, False, 512))
+
+    assert anchored["resolution_s"] == 1 / 1000
+    assert reloaded["resolution_s"] == 1025 / 1000
+    assert half["resolution_s"] == 513 / 1000
+
+
+def test_drain_cost_is_the_drain_window_less_the_idle_one_in_percent_of_a_core():
+    row = membership._size_row("runtime servers", _sample(1024, False, 1024))
+
+    assert round(row["drain_manager_pct"], 6) == 0.3
+    assert row["drain_haproxy_pct"] == 0.0
+    assert round(row["idle_manager_pct"], 6) == 1.0
+
+
+def test_slopes_are_per_thousand_servers_between_the_smallest_and_largest_size(capsys):
+    rows = [
+        membership._size_row("runtime servers", _sample(size, False, size)) for size in (4096, 1024)
+    ]
+
+    membership._print_slopes(rows)
+
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("runtime servers, per 1,000 servers (1,024 -> 4,096): ")
+    assert "HAProxy fds 1,000" in line
+    assert "HAProxy RSS 10.0 MiB" in line

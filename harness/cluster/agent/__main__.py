@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_sizes = sub.add_parser("haproxy-membership")
     p_sizes.add_argument("--size", type=int, required=True, help="servers in the backend")
     p_sizes.add_argument("--rounds", type=int, default=10, help="one addition, one removal each")
+    p_sizes.add_argument(
+        "--draining", type=int, default=8, help="servers removed with a request still open"
+    )
     sub.add_parser("actors")
     sub.add_parser("controller-health")
     sub.add_parser("gcs-health-config")
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> object:
     if args.cmd == "membership-latency":
         return membership.membership_latency(json.loads(args.config_json), args.port)
     if args.cmd == "haproxy-membership":
-        return haproxy_membership.haproxy_membership(args.size, args.rounds)
+        return haproxy_membership.haproxy_membership(args.size, args.rounds, args.draining)
     if args.cmd == "actors":
         return state.actors()
     if args.cmd == "controller-health":

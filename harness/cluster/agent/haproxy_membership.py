@@ -12,12 +12,25 @@ environment (RAY_SERVE_HAPROXY_* flags), as on a real node.
 Per round, one server is added (a new name, a new port) and the oldest one
 removed, two changes that keep the size. For each change: the manager's
 update time (the call, as the manager's update-latency histogram would time
-it, minus its coalesce window); for an addition, the time from the change to
-the first answer from the new server through HAProxy's frontend, probed by a
-separate process with new connections (so a reload's new process is seen at
-once), whose rotation period over the backend bounds the resolution; HAProxy
-processes started (sampled every 20 ms). After the last round: the resident
-memory of the HAProxy processes.
+it, minus its coalesce window), and HAProxy processes started (sampled every
+20 ms). For an addition, the time from the change to the first answer from
+the new server through HAProxy's frontend.
+
+That last figure is sharp at any size because the backend balances
+`leastconn` (Serve's default): before each addition the prober holds one open
+request on every member ("anchors"), so the added server, with none, is the
+least loaded and HAProxy's first choice as soon as it can route to it. The
+prober's requests are held requests too: the listener sends its port at once
+and keeps the response open, so each probe is answered by whichever server
+HAProxy picked. A reload starts a process that has none of the anchors; there
+the probes rotate over the backend and one pass at their rate bounds the
+resolution (the host reports which applied).
+
+Measured at rest, after the first apply: the resident memory and open file
+descriptors of the HAProxy processes. After the rounds, the cost of servers
+draining: the manager's process CPU and HAProxy's over a window with
+`draining` servers removed while their anchors stay open (as a long stream
+keeps a replica draining), against a window just before with none.
 """
 
 from __future__ import annotations
@@ -36,27 +49,48 @@ from multiprocessing.connection import Connection
 from harness.cluster.agent.membership import haproxy_pids
 
 BACKEND = "bench-app"
-PROBERS = 8  # concurrent new-connection requests while looking for a server
+PREFIX = "/app"
+PROBERS = 8  # concurrent requests while looking for a server
+ANCHORING = 32  # concurrent requests while anchoring the members
 FIND_TIMEOUT_S = 30.0
 SETTLE_TIMEOUT_S = 60.0
+DRAIN_WINDOW_S = 10.0
+# After the removal that starts the drain, before its window: the apply's own
+# work and the sweep's first passes are not the steady cost.
+DRAIN_SETTLE_S = 3.0
+_HOLD_REQUEST = f"GET {PREFIX}/hold HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------ replicas
 
 
 def _serve(count: int, conn: Connection) -> None:
-    """Listen on `count` ports; answer every HTTP request with the port."""
+    """Listen on `count` ports. A request for .../hold gets its headers and the
+    port as a first chunk at once and stays open until the client closes it;
+    any other request (HAProxy's health checks) is answered with the port."""
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes):
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: bytes):
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                method = head.split(b" ", 1)[0]
+                method, path = (head.split(b" ", 2) + [b"", b""])[:2]
+                if path.endswith(b"/hold"):
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n"
+                        % (len(port), port)
+                    )
+                    await writer.drain()
+                    await reader.read()
+                    break
                 close = b"connection: close" in head.lower()
-                payload = b"" if method == b"HEAD" else body
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s"
-                    % (len(body), b"Connection: close\r\n" if close else b"", payload)
+                    % (
+                        len(port),
+                        b"Connection: close\r\n" if close else b"",
+                        b"" if method == b"HEAD" else port,
+                    )
                 )
                 await writer.drain()
                 if close:
@@ -73,7 +107,7 @@ def _serve(count: int, conn: Connection) -> None:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
             body = str(port).encode()
-            await asyncio.start_server(functools.partial(answer, body=body), sock=sock, backlog=512)
+            await asyncio.start_server(functools.partial(answer, port=body), sock=sock, backlog=512)
             ports.append(port)
         conn.send(ports)
         await asyncio.Event().wait()
@@ -84,22 +118,82 @@ def _serve(count: int, conn: Connection) -> None:
 # ------------------------------------------------------------------ prober
 
 
-def _probe(frontend_port: int, path: str, conn: Connection) -> None:
-    """For each port asked for, send requests through HAProxy until one is
-    answered by it; reply (monotonic time seen or None, requests sent)."""
-    request = f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode()
+class _Prober:
+    """Held requests through HAProxy's frontend: anchors on the members, and
+    probes for an added server. Runs in its own process, driven over a pipe."""
 
-    async def once() -> bytes:
-        reader, writer = await asyncio.open_connection("127.0.0.1", frontend_port)
+    def __init__(self, frontend_port: int) -> None:
+        self.frontend_port = frontend_port
+        self.anchors: dict[int, asyncio.StreamWriter] = {}
+        self._watchers: set[asyncio.Task] = set()
+
+    async def _hold(self) -> tuple[int, asyncio.StreamReader, asyncio.StreamWriter]:
+        """One held request: (the port of the server that answered it, its streams)."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.frontend_port)
         try:
-            writer.write(request)
-            data = await reader.read()
-        finally:
+            writer.write(_HOLD_REQUEST)
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise ValueError(head.split(b"\r\n", 1)[0].decode(errors="replace"))
+            size = int((await reader.readline()).strip(), 16)
+            return int(await reader.readexactly(size)), reader, writer
+        except BaseException:
             writer.close()
-        return data.rpartition(b"\r\n\r\n")[2]
+            raise
 
-    async def find(port: int) -> tuple[float | None, int]:
-        wanted = str(port).encode()
+    def _keep(self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.anchors[port] = writer
+        task = asyncio.ensure_future(self._watch(port, reader, writer))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _watch(
+        self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Forget an anchor once its connection ends (a hard-stopped worker)."""
+        try:
+            await reader.read()
+        except OSError:
+            pass
+        if self.anchors.get(port) is writer:
+            del self.anchors[port]
+        writer.close()
+
+    def release(self, port: int) -> None:
+        writer = self.anchors.pop(port, None)
+        if writer is not None:
+            writer.close()
+
+    async def anchor(self, members: list[int], fresh: bool) -> dict:
+        """One held request on each member. `fresh` first drops every anchor:
+        after a reload they sit in a retired process."""
+        wanted = set(members)
+        for port in list(self.anchors):
+            if fresh or port not in wanted:
+                self.release(port)
+        limit = 3 * len(wanted) + 100
+        attempts = 0
+
+        async def worker() -> None:
+            nonlocal attempts
+            while wanted - self.anchors.keys() and attempts < limit:
+                attempts += 1
+                try:
+                    port, reader, writer = await self._hold()
+                except (OSError, ValueError, asyncio.IncompleteReadError):
+                    await asyncio.sleep(0.01)
+                    continue
+                if port in wanted and port not in self.anchors:
+                    self._keep(port, reader, writer)
+                else:
+                    writer.close()
+
+        await asyncio.gather(*(worker() for _ in range(ANCHORING)))
+        return {"anchored": len(wanted & self.anchors.keys()), "attempts": attempts}
+
+    async def find(self, port: int) -> tuple[float | None, int]:
+        """Held requests until one is answered by `port`, kept as its anchor:
+        (monotonic time of that answer or None, requests sent)."""
         deadline = time.monotonic() + FIND_TIMEOUT_S
         sent = 0
         seen: list[float] = []
@@ -109,21 +203,35 @@ def _probe(frontend_port: int, path: str, conn: Connection) -> None:
             while not seen and time.monotonic() < deadline:
                 sent += 1
                 try:
-                    body = await once()
-                except OSError:
+                    got, reader, writer = await self._hold()
+                except (OSError, ValueError, asyncio.IncompleteReadError):
                     await asyncio.sleep(0.001)
                     continue
-                if body == wanted:
+                if got == port and not seen:
                     seen.append(time.monotonic())
+                    self._keep(port, reader, writer)
+                else:
+                    writer.close()
 
         await asyncio.gather(*(worker() for _ in range(PROBERS)))
-        return (min(seen) if seen else None), sent
+        return (seen[0] if seen else None), sent
 
-    while True:
-        port = conn.recv()
-        if port is None:
-            return
-        conn.send(asyncio.run(find(port)))
+    async def serve(self, conn: Connection) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            command = await loop.run_in_executor(None, conn.recv)
+            if command is None:
+                return
+            name, args = command
+            if name == "release":
+                self.release(*args)
+                conn.send(None)
+            else:
+                conn.send(await getattr(self, name)(*args))
+
+
+def _probe(frontend_port: int, conn: Connection) -> None:
+    asyncio.run(_Prober(frontend_port).serve(conn))
 
 
 # ------------------------------------------------------------------ the bench
@@ -148,6 +256,29 @@ def _rss_kib(pids: set[int]) -> int:
     return total
 
 
+def _open_fds(pids: set[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+    return total
+
+
+def _cpu_s(pids: set[int]) -> float:
+    """User and system CPU of these processes so far."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total * _TICK_S
+
+
 class _Sampler:
     """Every HAProxy pid seen on this node, sampled every 20 ms."""
 
@@ -167,7 +298,20 @@ class _Sampler:
         self.seen |= haproxy_pids()
 
 
-async def _bench(size: int, rounds: int) -> dict:
+async def _cpu_window(seconds: float) -> dict:
+    """CPU per second of this process (the manager) and of HAProxy's processes
+    over `seconds`."""
+    pids = haproxy_pids()
+    mine, theirs, began = time.process_time(), _cpu_s(pids), time.monotonic()
+    await asyncio.sleep(seconds)
+    elapsed = time.monotonic() - began
+    return {
+        "manager_cpu_per_s": (time.process_time() - mine) / elapsed,
+        "haproxy_cpu_per_s": (_cpu_s(pids | haproxy_pids()) - theirs) / elapsed,
+    }
+
+
+async def _bench(size: int, rounds: int, draining: int) -> dict:
     from ray.serve._private.haproxy import (
         BackendConfig,
         HAProxyApi,
@@ -192,6 +336,8 @@ async def _bench(size: int, rounds: int) -> dict:
         http_options=HTTPOptions(host="127.0.0.1", port=frontend),
         stats_port=_free_port(),
         metrics_port=_free_port(),
+        # Room for an anchor and a few probes on every server.
+        maxconn=max(HAProxyConfig.maxconn, 4 * (size + rounds) + 1000),
     )
     api = HAProxyApi(cfg=config, config_file_path=os.path.join(workdir, "haproxy.cfg"))
     update = getattr(api, "apply", None) or api.reload
@@ -200,7 +346,7 @@ async def _bench(size: int, rounds: int) -> dict:
         return {
             BACKEND: BackendConfig(
                 name=BACKEND,
-                path_prefix="/app",
+                path_prefix=PREFIX,
                 app_name="app",
                 servers=[
                     ServerConfig(
@@ -228,8 +374,13 @@ async def _bench(size: int, rounds: int) -> dict:
 
     members = ports[:size]
     prober_end, prober_conn = context.Pipe()
-    prober = context.Process(target=_probe, args=(frontend, "/app/", prober_conn), daemon=True)
+    prober = context.Process(target=_probe, args=(frontend, prober_conn), daemon=True)
     prober.start()
+
+    async def ask(name: str, *args):
+        prober_end.send((name, args))
+        return await asyncio.to_thread(prober_end.recv)
+
     changes: list[dict] = []
     sampler = None
     try:
@@ -237,12 +388,22 @@ async def _bench(size: int, rounds: int) -> dict:
         api.set_backend_configs(servers(members))
         await update()
         await settle()
-        started_pids = haproxy_pids()
+        at_rest = haproxy_pids()
+        rest = {
+            "haproxy_rss_kib": _rss_kib(at_rest),
+            "haproxy_fds": _open_fds(at_rest),
+            "haproxy_processes": len(at_rest),
+        }
         sampler = _Sampler()
+        started_seen = len(sampler.seen)
         for number in range(rounds):
+            reloaded_since = len(sampler.seen) != started_seen
+            started_seen = len(sampler.seen)
+            anchoring = await ask("anchor", members, reloaded_since or number == 0)
             new = ports[size + number]
             members = members + [new]
-            prober_end.send(new)
+            prober_end.send(("find", (new,)))
+            before = len(sampler.seen)
             began = time.monotonic()
             api.set_backend_configs(servers(members))
             await update()
@@ -258,25 +419,39 @@ async def _bench(size: int, rounds: int) -> dict:
                     "update_s": applied - began,
                     "routed_s": seen - began,
                     "probe_rate": sent / max(seen - began, 1e-6),
+                    "anchored": anchoring["anchored"],
+                    "reloaded": len(sampler.seen) != before,
                 }
             )
             await settle()
-            members = members[1:]
+            oldest, members = members[0], members[1:]
+            await ask("release", oldest)
             began = time.monotonic()
             api.set_backend_configs(servers(members))
             await update()
             changes.append({"kind": "remove", "update_s": time.monotonic() - began})
             await settle()
         sampler.stop()
-        current = haproxy_pids()
+        started = len(sampler.seen - at_rest)
+        server_lines = _server_lines(api.config_file_path)
+        # The drain: `draining` members removed while their anchors stay open.
+        await ask("anchor", members, started > 0)
+        idle = await _cpu_window(DRAIN_WINDOW_S)
+        members = members[draining:]
+        api.set_backend_configs(servers(members))
+        await update()
+        await asyncio.sleep(DRAIN_SETTLE_S)
+        drain = await _cpu_window(DRAIN_WINDOW_S)
         return {
             "size": size,
             "rounds": rounds,
             "changes": changes,
-            "haproxy_started": len(sampler.seen - started_pids),
-            "haproxy_rss_kib": _rss_kib(current),
-            "haproxy_processes": len(current),
-            "config_server_lines": _server_lines(api.config_file_path),
+            "haproxy_started": started,
+            **rest,
+            "config_server_lines": server_lines,
+            "draining": draining,
+            "idle": idle,
+            "drain": drain,
         }
     finally:
         if sampler is not None:
@@ -302,8 +477,8 @@ def _server_lines(path: str) -> int:
     return total
 
 
-def haproxy_membership(size: int, rounds: int) -> dict:
+def haproxy_membership(size: int, rounds: int, draining: int) -> dict:
     try:
-        return asyncio.run(_bench(size, rounds))
+        return asyncio.run(_bench(size, rounds, draining))
     except (TimeoutError, RuntimeError, OSError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
