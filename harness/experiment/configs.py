@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.cluster.images import ImageSpec
+from harness.ladder.model import FORCE_KILL_COVERS_REQUEST_TIMEOUT
 
 # The head's HAProxy follows replica changes over its admin socket with
 # `add server` / `del server`: no replica count makes HAProxy reload.
@@ -28,6 +29,7 @@ PUSH_HEALTH = {"RAY_SERVE_ENABLE_PUSH_HEALTH": "1"}
 SERIES_SETTINGS = (
     *PUSH_HEALTH,
     *RUNTIME_SERVERS_MASTER_WORKER,
+    *FORCE_KILL_COVERS_REQUEST_TIMEOUT,
 )
 # Ray exports its metrics every second, so a run reads counters that are current.
 FAST_METRICS = {"RAY_metrics_report_interval_ms": "1000"}

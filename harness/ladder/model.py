@@ -35,6 +35,13 @@ from harness.ladder.defaults import (
 )
 from harness.ladder.notice import SpotNotice
 
+# Patch 0004 (off by default): a stopping ingress replica behind HAProxy gets a
+# force-kill budget that covers the request timeout (ordering E) instead of
+# 2.60.0's MIN + 5 s. Stock Ray ignores the setting.
+FORCE_KILL_COVERS_REQUEST_TIMEOUT = {
+    "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_COVERS_REQUEST_TIMEOUT": "1"
+}
+
 # ------------------------------------------------------------------ results
 
 
@@ -307,6 +314,7 @@ class Ladder:
                 # ordering E's right-hand side, so the patched budget is exactly the gst
                 # the ladder gives. Stock Ray has the buffer hard-coded and ignores it.
                 "RAY_SERVE_DIRECT_INGRESS_SHUTDOWN_BUFFER_S": _env_num(self.margin_s),
+                **FORCE_KILL_COVERS_REQUEST_TIMEOUT,
             }
         )
         # The rest only when they differ from Ray's defaults, so a default ladder

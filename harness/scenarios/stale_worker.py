@@ -32,7 +32,7 @@ from harness.cluster.boundary import RayCluster
 from harness.cluster.cluster import METRICS_PORT, ClusterConfig
 from harness.core import log
 from harness.core.errors import HarnessError
-from harness.experiment.configs import FAST_METRICS, RunConfig
+from harness.experiment.configs import FAST_METRICS, FORCE_KILL_COVERS_REQUEST_TIMEOUT, RunConfig
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
 from harness.scenarios.base import (
@@ -134,13 +134,16 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
         self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
 
+    # Node settings on top of ENV.
+    extra_env: dict[str, str] = {}
+
     def cluster_config(self, image_tag: str, config: RunConfig) -> ClusterConfig:
         """One worker; the head's HAProxy has the long hard stop and short drain window of ENV."""
         return ClusterConfig(
             image=image_tag,
             name="rayspot-stale",
             workers=1,
-            env={**ENV, **config.env},
+            env={**ENV, **self.extra_env, **config.env},
             worker_resources={"w": 10},
             metrics_port=METRICS_PORT,
         )
@@ -281,6 +284,7 @@ class DrainWindowAdmission(StaleWorkerDrain):
     name = "drain_window_admission"
     title = "Long requests admitted inside the drain window (ordering E)"
     request_timeout_s = 15.0
+    extra_env = FORCE_KILL_COVERS_REQUEST_TIMEOUT
 
     def __init__(
         self,
