@@ -338,17 +338,18 @@ def haproxy_counted(config: RunConfig, history: History) -> str:
 
 
 # Observation: how the controller saw its replicas stop (patched images): the
-# replicas it force-killed at the shutdown deadline, and for the others when
-# each drain phase ended, as the replica measured it. Ray exports a histogram's
-# sum from its buckets, not from the values, so the phases are kept as
-# cumulative bucket counts ("<phase> le <ms>") and shown as the bucket range.
+# replicas it force-killed at the shutdown deadline, and for the others how long
+# their last requests kept them after the minimum draining period (the drain
+# tail), as the replica measured it. Ray exports a histogram's sum from its
+# buckets, not from the values, so the tail is kept as cumulative bucket counts
+# ("drain tail le <ms>") and shown as the bucket range.
 SHUTDOWN_COUNTERS = "replica shutdown counters"
 FORCE_KILLS = "force-kills"
 REJECTED = "rejected requests"
 _FORCE_KILLS_METRIC = "ray_serve_replica_force_kills_total"
 _REJECTED_METRIC = "ray_serve_replica_shutdown_rejected_requests_total"
-_PHASE_BUCKETS = "ray_serve_replica_shutdown_phase_ms_bucket"
-_SHUTDOWN_PHASES = ("listener_closed", "requests_drained")
+_TAIL_BUCKETS = "ray_serve_replica_shutdown_drain_tail_ms_bucket"
+_TAIL = "drain tail le "
 
 
 def _shutdown_counters(text: str) -> dict[str, float]:
@@ -356,20 +357,17 @@ def _shutdown_counters(text: str) -> dict[str, float]:
         FORCE_KILLS: sample_total(text, _FORCE_KILLS_METRIC),
         REJECTED: sample_total(text, _REJECTED_METRIC),
     }
-    for sample in parse_samples(text, _PHASE_BUCKETS):
-        key = f"{sample.labels.get('phase')} le {sample.labels.get('le')}"
+    for sample in parse_samples(text, _TAIL_BUCKETS):
+        key = f"{_TAIL}{sample.labels.get('le')}"
         counters[key] = counters.get(key, 0.0) + sample.value
     return counters
 
 
-def _phase_range(counters: dict[str, float], phase: str) -> str | None:
-    """'<n> in <lo>-<hi> s': the bucket range holding all of a phase's
-    observations, or None if there are none."""
-    prefix = f"{phase} le "
+def _tail_range(counters: dict[str, float]) -> str | None:
+    """'<n> in <lo>-<hi> s': the bucket range holding every drain tail, or
+    None if no replica reported one."""
     buckets = sorted(
-        (float(key.removeprefix(prefix)), n)
-        for key, n in counters.items()
-        if key.startswith(prefix)
+        (float(key.removeprefix(_TAIL)), n) for key, n in counters.items() if key.startswith(_TAIL)
     )
     total = buckets[-1][1] if buckets else 0.0
     if not total:
@@ -391,7 +389,7 @@ def observe_shutdown_counters(
         except Unavailable as exc:
             _log.warning("the controller's shutdown counters are not recorded: %s", exc)
             return
-        drained = counters.get("requests_drained le +Inf", 0.0)
+        drained = counters.get(f"{_TAIL}+Inf", 0.0)
         if counters[FORCE_KILLS] + drained >= stopped or time.monotonic() >= deadline:
             break
         time.sleep(1.0)
@@ -400,7 +398,7 @@ def observe_shutdown_counters(
 
 def shutdowns_counted(config: RunConfig, history: History) -> str:
     """The controller's replica-shutdown metrics as a report row: force-kills,
-    and when each drain phase ended, from the start of the shutdown."""
+    and how long the last requests kept the others after the draining period."""
     if config.image.flavor == "stock":
         return "nothing: stock Ray exports no such metrics"
     reads = [e.detail["value"] for e in history.observed(SHUTDOWN_COUNTERS)]
@@ -408,10 +406,9 @@ def shutdowns_counted(config: RunConfig, history: History) -> str:
         return "not recorded"
     counters = reads[-1]
     shown = [f"{counters[FORCE_KILLS]:.0f} force-killed"]
-    for phase in _SHUTDOWN_PHASES:
-        ended = _phase_range(counters, phase)
-        if ended:
-            shown.append(f"{phase.replace('_', ' ')}: {ended}")
+    tail = _tail_range(counters)
+    if tail:
+        shown.append(f"drain tail after the draining period: {tail}")
     if counters[REJECTED]:
         shown.append(f"{counters[REJECTED]:.0f} requests rejected after the drain")
     return "; ".join(shown)

@@ -28,10 +28,10 @@ def _history(name: str, counters: dict[str, float] | None) -> History:
     return history
 
 
-def _buckets(deployment: str, phase: str, counts: dict[str, int]) -> list[str]:
+def _buckets(deployment: str, counts: dict[str, int]) -> list[str]:
     return [
-        f'ray_serve_replica_shutdown_phase_ms_bucket{{deployment="{deployment}",le="{le}",'
-        f'phase="{phase}"}} {n}.0'
+        f'ray_serve_replica_shutdown_drain_tail_ms_bucket{{deployment="{deployment}",le="{le}"}}'
+        f" {n}.0"
         for le, n in counts.items()
     ]
 
@@ -43,11 +43,10 @@ TEXT = "\n".join(
         'ray_serve_replica_force_kills_total{application="app",deployment="A"} 1.0',
         'ray_serve_replica_force_kills_total{application="app",deployment="B"} 2.0',
         'ray_serve_replica_shutdown_rejected_requests_total{deployment="A"} 3.0',
-        *_buckets("A", "listener_closed", {"2000.0": 0, "5000.0": 0, "10000.0": 2, "+Inf": 2}),
-        *_buckets("A", "requests_drained", {"5000.0": 0, "10000.0": 0, "20000.0": 1, "+Inf": 1}),
-        *_buckets("B", "requests_drained", {"5000.0": 0, "10000.0": 1, "20000.0": 1, "+Inf": 1}),
+        *_buckets("A", {"500.0": 0, "1000.0": 0, "2500.0": 1, "+Inf": 1}),
+        *_buckets("B", {"500.0": 0, "1000.0": 1, "2500.0": 1, "+Inf": 1}),
         # Ray's sum comes from the buckets, not the values: not read.
-        'ray_serve_replica_shutdown_phase_ms_sum{deployment="A",phase="listener_closed"} 15000.0',
+        'ray_serve_replica_shutdown_drain_tail_ms_sum{deployment="A"} 1500.0',
     ]
 )
 
@@ -56,10 +55,9 @@ def test_counters_add_up_over_deployments():
     counters = _shutdown_counters(TEXT)
     assert counters["force-kills"] == 3.0
     assert counters["rejected requests"] == 3.0
-    assert counters["listener_closed le 10000.0"] == 2.0
-    assert counters["requests_drained le 10000.0"] == 1.0
-    assert counters["requests_drained le 20000.0"] == 2.0
-    assert counters["requests_drained le +Inf"] == 2.0
+    assert counters["drain tail le 1000.0"] == 1.0
+    assert counters["drain tail le 2500.0"] == 2.0
+    assert counters["drain tail le +Inf"] == 2.0
     assert not any("sum" in key for key in counters)
 
 
@@ -70,10 +68,10 @@ def test_a_node_without_the_metrics_counts_nothing():
     }
 
 
-def test_the_row_shows_force_kills_and_the_bucket_range_of_each_phase():
+def test_the_row_shows_force_kills_and_the_bucket_range_of_the_drain_tail():
     row = shutdowns_counted(PATCHED, _history(SHUTDOWN_COUNTERS, _shutdown_counters(TEXT)))
     assert row == (
-        "3 force-killed; listener closed: 2 in 5-10 s; requests drained: 2 in 5-20 s; "
+        "3 force-killed; drain tail after the draining period: 2 in 0.5-2.5 s; "
         "3 requests rejected after the drain"
     )
 

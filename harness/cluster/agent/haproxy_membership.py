@@ -336,8 +336,9 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
         http_options=HTTPOptions(host="127.0.0.1", port=frontend),
         stats_port=_free_port(),
         metrics_port=_free_port(),
-        # Room for an anchor and a few probes on every server.
-        maxconn=max(HAProxyConfig.maxconn, 4 * (size + rounds) + 1000),
+        # Room for an anchor on every server and the probes; no more, as each
+        # connection costs HAProxy two of the node's file descriptors.
+        maxconn=max(HAProxyConfig.maxconn, size + rounds + 4 * max(PROBERS, ANCHORING)),
     )
     api = HAProxyApi(cfg=config, config_file_path=os.path.join(workdir, "haproxy.cfg"))
     update = getattr(api, "apply", None) or api.reload
