@@ -2,7 +2,8 @@
 
 The overlay is a scratch folder holding a `ray` package whose entries are
 symlinks into the installed `ray`, except `serve`, which is a copy of the tree
-under test (optionally with some of its files replaced). Put first on
+under test (optionally with some of its files replaced), and Serve's dashboard
+panels, which the tree carries beside it (the series adds panels). Put first on
 PYTHONPATH, it makes Ray's compiled core and every dependency exactly what is
 installed and `ray.serve` exactly the copy; the installed tree is only ever
 read. Each overlay is its own folder, so any number can be used at once.
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from harness.core.errors import HarnessError
+from harness.patches.workspace import SERVE_PANELS
 
 _SERVE = PurePosixPath("ray/serve")
 
@@ -53,11 +55,31 @@ def serve_overlay(
             # their sources' mtimes, so that check still holds for them.
             ignore=None if bytecode else shutil.ignore_patterns("__pycache__"),
         )
+        panels = serve_tree.parent.parent / SERVE_PANELS
+        if panels.is_file():
+            _lay_file(root, site, PurePosixPath(SERVE_PANELS), panels)
         for rel, text in (replacing or {}).items():
             _replace(root, rel, text)
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _lay_file(root: Path, site: Path, rel: PurePosixPath, source: Path) -> None:
+    """`source` as `rel` (a file of the installed `ray` outside `serve`): each
+    folder on its way becomes a folder of links to the installed one's entries,
+    so only that file differs from what is installed."""
+    installed, laid = site, root
+    for part in rel.parts[:-1]:
+        installed, laid = installed / part, laid / part
+        if laid.is_symlink():
+            laid.unlink()
+            laid.mkdir()
+            for entry in installed.iterdir():
+                (laid / entry.name).symlink_to(entry)
+    target = laid / rel.name
+    target.unlink(missing_ok=True)
+    shutil.copyfile(source, target)
 
 
 def _replace(root: Path, rel: str, text: str) -> None:
