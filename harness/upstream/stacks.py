@@ -49,16 +49,18 @@ class StacksResult:
         return all(r.ok for r in self.rows)
 
     def format(self) -> str:
+        # The widest stack and two spaces, so a long stack never runs into the next column.
+        width = max([len("stacked on"), *(len(", ".join(r.stacked_on)) for r in self.rows)]) + 2
         lines = [
             "stacks: each patch on the pinned tree with only what its message says "
             "it is stacked on, and its own tests there",
             "",
-            f"{'patch':<7}{'stacked on':<28}{'alone':<7}{'applies':<9}own tests",
+            f"{'patch':<7}{'stacked on':<{width}}{'alone':<7}{'applies':<9}own tests",
         ]
         for row in self.rows:
             tests = "none" if row.tests is None else str(row.tests)
             lines.append(
-                f"{row.patch:<7}{', '.join(row.stacked_on) or '-':<28}"
+                f"{row.patch:<7}{', '.join(row.stacked_on) or '-':<{width}}"
                 f"{'yes' if row.alone else 'no':<7}{'yes' if row.applies else 'NO':<9}"
                 f"{tests}{'' if row.tests_ok else '  FAILED'}"
             )

@@ -703,3 +703,16 @@ def test_a_misspelt_evidence_key_is_refused(tmp_path: Path) -> None:
     path = evidence_file(tmp_path, '[patch."0001-x.patch"]\nscenarios = "health_failure"\n')
     with pytest.raises(HarnessError, match="scenarios must be a list of strings"):
         load_evidence(path)
+
+
+def test_the_stacks_table_keeps_its_columns_apart_for_a_long_stack() -> None:
+    from harness.upstream.stacks import StackRow, StacksResult
+
+    long_stack = ["0001", "0002", "0006", "0008", "0009", "0010", "0011"]
+    rows = [StackRow("0012", long_stack, True, True), StackRow("0001", [], True, True)]
+    lines = StacksResult(rows, 1.0).format().splitlines()
+    header = next(line for line in lines if line.startswith("patch"))
+    row = next(line for line in lines if line.startswith("0012"))
+    # Each row's "alone" cell sits under the header's.
+    assert row[header.index("alone") :].startswith("yes")
+    assert ", ".join(long_stack) + "  " in row
