@@ -160,8 +160,16 @@ bench-stop: $(PY) ## how long an idle ingress replica takes to stop, force-kill 
 SOAK_RUNS ?= 3
 SOAK_MINUTES ?= 10
 SOAK_PARALLEL ?= 2
-soak: $(PY) ## spot preemption every ~3 min under load, spot-notice ladder vs Ray defaults (SOAK_RUNS x SOAK_MINUTES each, SOAK_PARALLEL at once)
+SOAK_MODE ?=
+VOLUME_REQUESTS ?= 1000000
+soak: $(PY) ## spot preemption every ~3 min under load, spot-notice ladder vs Ray defaults (SOAK_RUNS x SOAK_MINUTES each, SOAK_PARALLEL at once); SOAK_MODE=volume VOLUME_RATE=r [VOLUME_REQUESTS=n]: stock vs patched at volume (SOAK_MODE=find-rate measures r)
+ifeq ($(SOAK_MODE),volume)
+	@$(call harness_run,$(HARNESS) soak --volume $(if $(VOLUME_RATE),--rate $(VOLUME_RATE)) --requests $(VOLUME_REQUESTS))
+else ifeq ($(SOAK_MODE),find-rate)
+	@$(call harness_run,$(HARNESS) soak --find-rate)
+else
 	@$(call harness_run,$(HARNESS) soak --runs $(SOAK_RUNS) --minutes $(SOAK_MINUTES) --parallel $(SOAK_PARALLEL))
+endif
 
 ladder-check: $(PY) ## check a timeout ladder, orderings A-J: make ladder-check FILE=examples/ladder/spot-notice-ladder.yaml
 	@test -n "$(FILE)" || { echo "usage: make ladder-check FILE=path.yaml (see examples/ladder/)" >&2; exit 2; }

@@ -433,6 +433,9 @@ def cmd_soak(args) -> None:
     from harness.cluster import clusterfile
     from harness.core.errors import VerdictFailed
 
+    if args.find_rate or args.volume:
+        cmd_volume(args)
+        return
     cluster_file = clusterfile.load(Path(args.cluster)) if args.cluster else None
     results = soak.soak(
         args.runs, args.minutes, args.interval, parallel=args.parallel, cluster_file=cluster_file
@@ -443,6 +446,30 @@ def cmd_soak(args) -> None:
     if failed:
         raise VerdictFailed(
             f"soak: {', '.join(failed)} failed the spot-notice acceptance threshold (0.01%)"
+        )
+
+
+def cmd_volume(args) -> None:
+    from harness.bench import volume
+    from harness.core.errors import HarnessError, VerdictFailed
+
+    if args.find_rate:
+        print(f"sustained rate: {volume.find_rate():g}/s")
+        return
+    if args.rate is None:
+        raise HarnessError(
+            "soak --volume needs --rate: the highest rate this host sustains, which "
+            "`python -m harness soak --find-rate` measures"
+        )
+    results = volume.volume_soak(args.rate, args.requests, args.interval)
+    volume.print_volume(results)
+    # The patched configurations are the claim; stock is the comparison.
+    failed = [
+        label for label, r in results.items() if label != "stock 2.60.0" and not r.verdict.passed
+    ]
+    if failed:
+        raise VerdictFailed(
+            f"volume soak: {', '.join(failed)} failed the spot-notice acceptance threshold (0.01%)"
         )
 
 
@@ -846,6 +873,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="the spot-notice ladder's runs, one after the other, on a Ray cluster the "
         "harness did not start (README.md, 'Your own cluster'); FILE must give the "
         "terminate and add commands",
+    )
+    p.add_argument(
+        "--volume",
+        action="store_true",
+        help="the volume soak: --requests per configuration (stock, patched at its defaults, "
+        "patched with push health, runtime servers and master-worker) at --rate, one "
+        "after the other",
+    )
+    p.add_argument("--rate", type=float, default=None, help="--volume: requests per second")
+    p.add_argument(
+        "--requests", type=int, default=1_000_000, help="--volume: requests per configuration"
+    )
+    p.add_argument(
+        "--find-rate",
+        action="store_true",
+        help="measure the highest rate this host sustains through the front LB, for --rate",
     )
     p.set_defaults(func=cmd_soak)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from harness.cluster import appconfigs, images, runs
 from harness.cluster.boundary import RayCluster
@@ -54,9 +55,13 @@ CONFIGS: dict[str, Ladder | None] = {LADDER_CONFIG: Ladder(), "Ray 2.60.0 defaul
 # What a cluster file must give for the soak: each preemption ends with a
 # terminate and is followed by a replacement node.
 NEEDS = {"terminate", "add"}
+# Mostly short requests, with streams and the long-runners a preemption must
+# not cut (their range is the ladder's).
+MIX = Mix(short=0.85, long=0.10, stream=0.05, long_path="/long/")
 
 
-def _apps(ladder: Ladder | None) -> dict:
+def workload_config(ladder: Ladder | None) -> dict:
+    """The soak's apps, with the ladder's deployment and HTTP options if any."""
     if ladder is None:
         return appconfigs.deploy_config(*appconfigs.workload_apps())
     return appconfigs.deploy_config(
@@ -88,6 +93,14 @@ async def _preempt_on_schedule(
     return count
 
 
+async def _every_minute(
+    call: Callable[[History, float], None], history: History, started: float
+) -> None:
+    while True:
+        await asyncio.sleep(60.0)
+        call(history, started)
+
+
 def one_run(
     tag: str,
     label: str,
@@ -97,13 +110,20 @@ def one_run(
     rate: float,
     on_load: Callable[[], None] = lambda: None,
     cluster: RayCluster | None = None,
+    env: dict[str, str] | None = None,
+    mix: Mix = MIX,
+    connections: int = 128,
+    max_requests: int = LoadSpec.max_requests,
+    every_minute: Callable[[History, float], None] | None = None,
 ) -> tuple[History, checker.Verdict]:
     """One run on a cluster of its own, or on `cluster` (an existing one, as
-    its nodes are configured); `on_load()` as the load starts."""
+    its nodes are configured); `on_load()` as the load starts. `env` is added
+    to the ladder's node env; `every_minute(history, started)` is called each
+    minute of load (the volume soak's progress line)."""
     # Ray's defaults are the comparison, not the claim: `analyze` judges their
     # runs for the report without failing on them, as `make soak` does.
     history = History({"label": label, "claim": ladder is not None})
-    env = ladder.node_env() if ladder else {}
+    node_env = {**(ladder.node_env() if ladder else {}), **(env or {})}
     long_s = (ladder.long_runner_min_s, ladder.known_long_runner_s) if ladder else (8.0, 20.0)
     # The client waits longer than any server-side bound, so what it records is
     # the cluster's answer, not its own impatience.
@@ -111,11 +131,15 @@ def one_run(
     if cluster is None:
         cluster = Cluster(
             ClusterConfig(
-                image=tag, name="rayspot-soak", workers=2, env=env, worker_resources={"w": 10}
+                image=tag,
+                name="rayspot-soak",
+                workers=2,
+                env=node_env,
+                worker_resources={"w": 10},
             )
         )
     with cluster:
-        cluster.deploy(_apps(ladder), timeout_s=300)
+        cluster.deploy(workload_config(ladder), timeout_s=300)
         cluster.wait_lb_ready(cluster.nodes)
 
         async def main() -> int:
@@ -123,16 +147,26 @@ def one_run(
             spec = LoadSpec(
                 rate=rate,
                 duration_s=duration_s,
-                connections=128,
-                mix=Mix(short=0.85, long=0.10, stream=0.05, long_s=long_s, long_path="/long/"),
+                connections=connections,
+                max_requests=max_requests,
+                mix=replace(mix, long_s=long_s),
                 timeout_s=timeout_s,
             )
             load = asyncio.create_task(open_loop(*cluster.ingress, spec, history))
-            on_load()
-            preemptions = await _preempt_on_schedule(
-                cluster, history, duration_s, interval_s, started, label
+            reporter = (
+                asyncio.create_task(_every_minute(every_minute, history, started))
+                if every_minute
+                else None
             )
-            await load
+            on_load()
+            try:
+                preemptions = await _preempt_on_schedule(
+                    cluster, history, duration_s, interval_s, started, label
+                )
+                await load
+            finally:
+                if reporter:
+                    reporter.cancel()
             return preemptions
 
         preemptions = asyncio.run(main())
@@ -204,7 +238,7 @@ def soak(
                 rate,
                 # The plan is the load's minutes: they start once the apps are up.
                 on_load=lambda: progress.begin(f"{what}: under load", minutes * 60, key=label),
-                **({"cluster": existing} if existing else {}),
+                cluster=existing,
             )
         finally:
             # A run that failed is not running either (--parallel: the others go on).

@@ -24,7 +24,7 @@ def test_one_numbers_configurations_run_side_by_side_and_report_in_order(monkeyp
     together: list[set[str]] = []
     lock = threading.Lock()
 
-    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load):
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load, cluster=None):
         on_load()
         with lock:
             running.add(label)
@@ -66,7 +66,7 @@ def test_each_run_reports_its_start_and_its_load_and_the_plan_is_their_minutes(
     monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: "node:patched")
     made = record(monkeypatch, soak)
 
-    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load):
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load, cluster=None):
         on_load()  # the load starts: the run's planned minutes begin
         history = History({"label": label, "claim": ladder is not None})
         history.add_request(Request("short", T, T + 0.1, 200, None))
@@ -100,7 +100,7 @@ def test_a_run_that_fails_leaves_the_line_while_the_others_go_on(monkeypatch, tm
     ladder, defaults = soak.CONFIGS
     seen: list[str] = []
 
-    def one_run(tag, label, ladder_, duration_s, interval_s, rate, on_load):
+    def one_run(tag, label, ladder_, duration_s, interval_s, rate, on_load, cluster=None):
         on_load()
         if label == f"{ladder} #1":
             raise RuntimeError("the cluster did not start")
@@ -128,7 +128,7 @@ def test_a_failed_run_prints_where_and_how_its_requests_failed(monkeypatch, tmp_
     monkeypatch.setattr(soak, "RESULTS_DIR", tmp_path)
     monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: "node:patched")
 
-    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load):
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load, cluster=None):
         history = History({"label": label, "claim": ladder is not None})
         history.add_request(Request("short", T, T + 0.1, 200, None))
         if ladder is not None:
@@ -147,7 +147,7 @@ def test_a_clean_soak_prints_no_failure_section(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(soak, "RESULTS_DIR", tmp_path)
     monkeypatch.setattr(soak.images, "ensure_node_image", lambda spec: "node:patched")
 
-    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load):
+    def one_run(tag, label, ladder, duration_s, interval_s, rate, on_load, cluster=None):
         history = History({"label": label, "claim": ladder is not None})
         history.add_request(Request("short", T, T + 0.1, 200, None))
         return history, checker.check(history)
