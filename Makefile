@@ -167,6 +167,8 @@ ifeq ($(SOAK_MODE),volume)
 	@$(call harness_run,$(HARNESS) soak --volume $(if $(VOLUME_RATE),--rate $(VOLUME_RATE)) --requests $(VOLUME_REQUESTS))
 else ifeq ($(SOAK_MODE),find-rate)
 	@$(call harness_run,$(HARNESS) soak --find-rate)
+else ifneq ($(SOAK_MODE),)
+	@echo "make soak: SOAK_MODE is volume, find-rate or unset (the spot-notice soak), not '$(SOAK_MODE)'" >&2; exit 2
 else
 	@$(call harness_run,$(HARNESS) soak --runs $(SOAK_RUNS) --minutes $(SOAK_MINUTES) --parallel $(SOAK_PARALLEL))
 endif

@@ -453,6 +453,13 @@ def cmd_volume(args) -> None:
     from harness.bench import volume
     from harness.core.errors import HarnessError, VerdictFailed
 
+    if args.find_rate and args.volume:
+        raise HarnessError("soak: --find-rate and --volume are separate runs; give one")
+    if args.cluster:
+        raise HarnessError(
+            "soak --volume and --find-rate run on the harness's own clusters; --cluster "
+            "is for the spot-notice soak"
+        )
     if args.find_rate:
         print(f"sustained rate: {volume.find_rate():g}/s")
         return
@@ -461,11 +468,17 @@ def cmd_volume(args) -> None:
             "soak --volume needs --rate: the highest rate this host sustains, which "
             "`python -m harness soak --find-rate` measures"
         )
+    if args.rate <= 0 or args.requests <= 0:
+        raise HarnessError(
+            f"soak --volume needs a positive --rate and --requests (got {args.rate:g} "
+            f"and {args.requests:,})"
+        )
     results = volume.volume_soak(args.rate, args.requests, args.interval)
-    volume.print_volume(results)
+    volume.print_volume(results, args.rate)
     # The patched configurations are the claim; stock is the comparison.
+    flavors = {c.label: c.flavor for c in volume.CONFIGS}
     failed = [
-        label for label, r in results.items() if label != "stock 2.60.0" and not r.verdict.passed
+        label for label, r in results.items() if flavors[label] != "stock" and not r.verdict.passed
     ]
     if failed:
         raise VerdictFailed(

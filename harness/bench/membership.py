@@ -28,9 +28,12 @@ default), the node's HAProxy manager code on its own, driven as the manager
 drives it, with one backend of that many servers, each a real HTTP listener
 (the agent's `haproxy-membership`): per round a server is added and the
 oldest removed. Per size: the update call's time per change (p50 and p99),
-change -> first answer from the added server (p50 and p99; the prober's
-rotation over the backend bounds the resolution and is shown), HAProxy
-processes started, and the resident memory of the HAProxy processes.
+change -> first answer from the added server (p50 and p99; with a request
+held on every member the added server is leastconn's first choice, so a
+probe's round trip bounds the resolution, except after a reload, shown),
+HAProxy processes started, HAProxy's resident memory and open fds at rest,
+what 8 servers draining cost the manager and HAProxy, and the slope per 1,000
+servers.
 
 Both parts run with membership_churn's environment (a 2 s drain window and
 hard-stop-after 3 s, so a removed replica and a reloaded-out worker are gone
@@ -192,11 +195,12 @@ def _size_row(label: str, sample: dict) -> dict:
     routed = sorted(c["routed_s"] for c in adds)
 
     def resolution(add: dict) -> float:
-        # Members without an anchor tie with the added server under leastconn,
-        # so the probes may pass over all of them first: after a reload every
-        # member (the new process has none of the anchors).
+        # A probe's round trip, and the probes that may land on the idle
+        # servers the added one ties with under leastconn (they are taken in
+        # the order they were queued, the added one last): after a reload every
+        # member (the new process has none of the held requests), else none.
         ties = sample["size"] if add["reloaded"] else sample["size"] - add["anchored"]
-        return (ties + 1) / add["probe_rate"]
+        return add["round_trip_s"] + ties / add["completed_per_s"]
 
     def per_core_percent(window: str) -> dict:
         return {k: 100 * v for k, v in sample[window].items()}
@@ -211,7 +215,7 @@ def _size_row(label: str, sample: dict) -> dict:
         "update_p99": percentile(updates, 99),
         "routed_p50": percentile(routed, 50),
         "routed_p99": percentile(routed, 99),
-        "resolution_s": max(resolution(c) for c in adds),
+        "resolution_s": statistics.median(resolution(c) for c in adds),
         "rss_mib": sample["haproxy_rss_kib"] / 1024,
         "fds": sample["haproxy_fds"],
         "processes": sample["haproxy_processes"],
@@ -329,10 +333,19 @@ def _print_sizes(rows: list[dict]) -> None:
     print("| configuration | servers | the manager | HAProxy | the manager when idle |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
+        if r["started"]:
+            # A reload hands the held requests to the retired process, which
+            # the hard stop ends: nothing drains in the serving one.
+            print(f"| {r['label']} | {r['size']:,} | n/a (reloads) | n/a | - |")
+            continue
         print(
             f"| {r['label']} | {r['size']:,} | {r['drain_manager_pct']:+.2f}% "
             f"| {r['drain_haproxy_pct']:+.2f}% | {r['idle_manager_pct']:.2f}% |"
         )
+    print(
+        "\n/proc counts CPU in 10 ms ticks: 0.1% of a core over a 10 s window, the "
+        "resolution of these figures."
+    )
     print()
     for size in sorted({r["size"] for r in rows}):
         at = [r for r in rows if r["size"] == size]

@@ -29,7 +29,8 @@ class FakeCluster(ClusterStandIn):
             "kind": "add",
             "update_s": 0.01,
             "routed_s": 0.02,
-            "probe_rate": 100.0,
+            "completed_per_s": 100.0,
+            "round_trip_s": 0.001,
             "anchored": size,
             "reloaded": False,
         }
@@ -119,7 +120,8 @@ def _sample(size, reloaded, anchored, rate=1000.0):
         "kind": "add",
         "update_s": 0.01,
         "routed_s": 0.02,
-        "probe_rate": rate,
+        "completed_per_s": rate,
+        "round_trip_s": 0.002,
         "anchored": anchored,
         "reloaded": reloaded,
     }
@@ -142,9 +144,9 @@ def test_resolution_is_one_probe_when_every_member_is_anchored_and_a_pass_otherw
     reloaded = membership._size_row("stock", _sample(1024, True, 1024))
     half = membership._size_row("runtime servers", _sample(1024, False, 512))
 
-    assert anchored["resolution_s"] == 1 / 1000
-    assert reloaded["resolution_s"] == 1025 / 1000
-    assert half["resolution_s"] == 513 / 1000
+    assert anchored["resolution_s"] == 0.002
+    assert reloaded["resolution_s"] == 0.002 + 1024 / 1000
+    assert half["resolution_s"] == 0.002 + 512 / 1000
 
 
 def test_drain_cost_is_the_drain_window_less_the_idle_one_in_percent_of_a_core():

@@ -46,6 +46,7 @@ def test_each_configuration_runs_in_turn_with_its_env_and_is_saved(monkeypatch, 
 
     monkeypatch.setattr(volume, "one_run", one_run)
     results = volume.volume_soak(rate=500.0, requests=30_000)
+    volume.print_volume(results, 500.0)
 
     assert [(tag, label) for tag, label, *_ in runs] == [
         ("node:stock", "stock 2.60.0"),
@@ -61,19 +62,31 @@ def test_each_configuration_runs_in_turn_with_its_env_and_is_saved(monkeypatch, 
     assert all(r.verdict.requests == 10 and r.peak_rss_mib > 0 for r in results.values())
 
 
-def test_the_progress_line_counts_what_the_run_did_so_far(monkeypatch):
-    now = T + 120.0
+def test_the_progress_line_counts_what_the_run_did_so_far_reading_only_new_rows(monkeypatch):
+    now = T + 60.0
     monkeypatch.setattr(volume.time, "time", lambda: now)
     history = History()
     for i in range(6):
-        end = now - 90 if i < 2 else now - 10  # two ended before the last minute
-        history.add_request(Request("short", end - 1, end, 200 if i else 502, None if i else "502"))
-    history.add_event(Event(now - 50, "spot_preemption", "start", "w1"))
-    history.add_event(Event(now - 40, "spot_preemption", "mark", "w1"))
+        history.add_request(
+            Request("short", T + i, T + i + 1, 200 if i else 502, None if i else "502")
+        )
+    history.add_event(Event(T + 10, "spot_preemption", "start", "w1"))
+    history.add_event(Event(T + 20, "spot_preemption", "mark", "w1"))
+    run = volume.RunProgress(duration_s=600.0)
 
-    line = volume.progress_line(history, started=T, duration_s=600.0)
-
-    assert line == ("6 requests, 1 failed, 1 preemptions, 0/s over the last minute, 8 min left")
+    assert run.line(history, started=T) == (
+        "6 requests, 1 failed, 1 preemptions, 0/s since the last line, 9 min left"
+    )
+    # A minute later: 120 more rows, one failed; the first six are not read again.
+    now += 60.0
+    for i in range(120):
+        history.add_request(
+            Request("short", now - 1, now, 500 if i == 0 else 200, "500" if i == 0 else None)
+        )
+    history.requests[0] = None  # type: ignore[call-overload]  # read again, it would raise
+    assert run.line(history, started=T) == (
+        "126 requests, 2 failed, 1 preemptions, 2/s since the last line, 8 min left"
+    )
 
 
 def test_failures_per_preemption_are_the_spot_notice_windows_failures():
@@ -86,11 +99,14 @@ def test_failures_per_preemption_are_the_spot_notice_windows_failures():
     result = volume.judge(history)
 
     assert result.preemptions == [3]
-    assert result.from_schedule is not None and result.from_schedule.count == 7
+    short = result.from_schedule["short"]
+    assert short is not None and short.count == 7
 
 
 def _args(**given) -> argparse.Namespace:
-    options = dict(find_rate=False, volume=True, rate=None, requests=1_000_000, interval=180.0)
+    options = dict(
+        find_rate=False, volume=True, rate=None, requests=1_000_000, interval=180.0, cluster=None
+    )
     return argparse.Namespace(**{**options, **given})
 
 
@@ -99,6 +115,39 @@ def test_a_volume_soak_without_a_rate_is_refused_with_the_way_to_find_it(monkeyp
     with pytest.raises(HarnessError, match="--find-rate") as raised:
         cli.cmd_volume(_args())
     assert raised.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        dict(rate=0.0),
+        dict(rate=500.0, requests=0),
+        dict(rate=500.0, cluster="c.toml"),
+        dict(find_rate=True),
+    ],
+)
+def test_bad_volume_arguments_exit_2_before_anything_runs(monkeypatch, given):
+    monkeypatch.setattr(volume, "volume_soak", lambda *a: pytest.fail("ran"))
+    monkeypatch.setattr(volume, "find_rate", lambda *a: pytest.fail("ran"))
+    with pytest.raises(HarnessError) as raised:
+        cli.cmd_volume(_args(**given))
+    assert raised.value.exit_code == 2
+
+
+def test_stock_is_saved_as_the_comparison_and_the_patched_runs_as_the_claim(monkeypatch, tmp_path):
+    monkeypatch.setattr(volume, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(volume.images, "ensure_node_image", lambda spec: f"node:{spec.flavor}")
+    monkeypatch.setattr(
+        volume,
+        "one_run",
+        lambda tag, label, *a, **k: (History({"label": label, "claim": True}), None),
+    )
+    volume.volume_soak(rate=500.0, requests=100)
+    claims = {
+        History.load(p).meta["label"]: History.load(p).meta["claim"]
+        for p in tmp_path.glob("history-*.jsonl")
+    }
+    assert claims == {"stock 2.60.0": False, "patched, defaults": True, "patched, flags on": True}
 
 
 @pytest.mark.parametrize("failing, fails", [("stock 2.60.0", False), ("patched, flags on", True)])
@@ -154,3 +203,6 @@ def test_the_rate_finder_stops_at_the_first_step_not_held(monkeypatch):
 
     assert volume.find_rate(steps=(200.0, 400.0, 600.0, 800.0), step_s=1.0) == 400.0
     assert offered == [200.0, 400.0, 600.0]
+    # Not even the first step held: a failed verdict, not a rate of 0.
+    with pytest.raises(VerdictFailed, match="no offered rate held"):
+        volume.find_rate(steps=(600.0,), step_s=1.0)

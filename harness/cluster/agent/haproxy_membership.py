@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import multiprocessing
 import os
+import resource
 import shutil
 import socket
 import tempfile
@@ -53,36 +55,56 @@ PREFIX = "/app"
 PROBERS = 8  # concurrent requests while looking for a server
 ANCHORING = 32  # concurrent requests while anchoring the members
 FIND_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 10.0  # one request's connect, answer or release
 SETTLE_TIMEOUT_S = 60.0
 DRAIN_WINDOW_S = 10.0
 # After the removal that starts the drain, before its window: the apply's own
 # work and the sweep's first passes are not the steady cost.
 DRAIN_SETTLE_S = 3.0
-_HOLD_REQUEST = f"GET {PREFIX}/hold HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------ replicas
 
 
+def _raise_fd_limit() -> None:
+    """Thousands of listeners and held requests need more than a default soft
+    limit of file descriptors: up to the hard one."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _serve(count: int, conn: Connection) -> None:
-    """Listen on `count` ports. A request for .../hold gets its headers and the
-    port as a first chunk at once and stays open until the client closes it;
-    any other request (HAProxy's health checks) is answered with the port."""
+    """Listen on `count` ports. A request for .../hold?id=<n> gets its headers
+    and the port as a first chunk at once, and its last chunk once a request
+    for .../release?id=<n> reaches any of the ports (they share this process);
+    any other request (a probe, HAProxy's health checks) is answered with the
+    port at once."""
+    _raise_fd_limit()
+    releases: dict[bytes, asyncio.Event] = {}
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: bytes):
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 method, path = (head.split(b" ", 2) + [b"", b""])[:2]
-                if path.endswith(b"/hold"):
+                if b"/hold?id=" in path:
+                    released = releases.setdefault(path.rpartition(b"=")[2], asyncio.Event())
                     writer.write(
                         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n"
                         % (len(port), port)
                     )
                     await writer.drain()
-                    await reader.read()
+                    await released.wait()
+                    # The response ends, so HAProxy ends the request: a client
+                    # closing its side alone would leave it open until HAProxy
+                    # next writes to it.
+                    writer.write(b"0\r\n\r\n")
+                    await writer.drain()
+                    releases.pop(path.rpartition(b"=")[2], None)
                     break
+                if b"/release?id=" in path:
+                    releases.setdefault(path.rpartition(b"=")[2], asyncio.Event()).set()
                 close = b"connection: close" in head.lower()
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s"
@@ -119,50 +141,80 @@ def _serve(count: int, conn: Connection) -> None:
 
 
 class _Prober:
-    """Held requests through HAProxy's frontend: anchors on the members, and
-    probes for an added server. Runs in its own process, driven over a pipe."""
+    """Requests through HAProxy's frontend: held ones on the members (anchors),
+    and probes for an added server. Runs in its own process, driven over a
+    pipe."""
 
     def __init__(self, frontend_port: int) -> None:
         self.frontend_port = frontend_port
-        self.anchors: dict[int, asyncio.StreamWriter] = {}
-        self._watchers: set[asyncio.Task] = set()
+        self.anchors: dict[int, tuple[int, asyncio.Task]] = {}  # port -> (hold id, its task)
+        self._ids = itertools.count()
 
-    async def _hold(self) -> tuple[int, asyncio.StreamReader, asyncio.StreamWriter]:
-        """One held request: (the port of the server that answered it, its streams)."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.frontend_port)
+    async def _request(self, path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", self.frontend_port), REQUEST_TIMEOUT_S
+        )
+        writer.write(f"GET {PREFIX}{path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        return reader, writer
+
+    async def _answered_by(self, path: str) -> int:
+        """A complete request: the port of the server that answered it."""
+        reader, writer = await self._request(path)
         try:
-            writer.write(_HOLD_REQUEST)
-            head = await reader.readuntil(b"\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise ValueError(head.split(b"\r\n", 1)[0].decode(errors="replace"))
+            length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            return int(await asyncio.wait_for(reader.readexactly(length), REQUEST_TIMEOUT_S))
+        finally:
+            writer.close()
+
+    async def _hold(self) -> tuple[int, int, asyncio.StreamReader, asyncio.StreamWriter]:
+        """A held request: its id, the port of the server holding it, and its streams."""
+        hold_id = next(self._ids)
+        reader, writer = await self._request(f"/hold?id={hold_id}")
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
             if not head.startswith(b"HTTP/1.1 200"):
                 raise ValueError(head.split(b"\r\n", 1)[0].decode(errors="replace"))
             size = int((await reader.readline()).strip(), 16)
-            return int(await reader.readexactly(size)), reader, writer
+            return hold_id, int(await reader.readexactly(size)), reader, writer
         except BaseException:
             writer.close()
             raise
 
-    def _keep(self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.anchors[port] = writer
-        task = asyncio.ensure_future(self._watch(port, reader, writer))
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+    def _keep(
+        self, hold_id: int, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.ensure_future(self._held(port, reader, writer))
+        self.anchors[port] = (hold_id, task)
 
-    async def _watch(
+    async def _held(
         self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        """Forget an anchor once its connection ends (a hard-stopped worker)."""
+        """Until the response ends (released, or its connection cut, as by a
+        hard-stopped worker); then the anchor is gone."""
         try:
             await reader.read()
         except OSError:
             pass
-        if self.anchors.get(port) is writer:
-            del self.anchors[port]
-        writer.close()
-
-    def release(self, port: int) -> None:
-        writer = self.anchors.pop(port, None)
-        if writer is not None:
+        finally:
             writer.close()
+            if self.anchors.get(port, (None, None))[1] is asyncio.current_task():
+                del self.anchors[port]
+
+    async def _end(self, hold_id: int, task: asyncio.Future) -> None:
+        """End a held request and wait until its response has ended."""
+        await self._answered_by(f"/release?id={hold_id}")
+        try:
+            await asyncio.wait_for(asyncio.shield(task), REQUEST_TIMEOUT_S)
+        except TimeoutError:
+            task.cancel()
+
+    async def release(self, port: int) -> None:
+        """End the anchor on `port`, if any."""
+        if port in self.anchors:
+            await self._end(*self.anchors[port])
 
     async def anchor(self, members: list[int], fresh: bool) -> dict:
         """One held request on each member. `fresh` first drops every anchor:
@@ -170,7 +222,7 @@ class _Prober:
         wanted = set(members)
         for port in list(self.anchors):
             if fresh or port not in wanted:
-                self.release(port)
+                await self.release(port)
         limit = 3 * len(wanted) + 100
         attempts = 0
 
@@ -179,58 +231,64 @@ class _Prober:
             while wanted - self.anchors.keys() and attempts < limit:
                 attempts += 1
                 try:
-                    port, reader, writer = await self._hold()
-                except (OSError, ValueError, asyncio.IncompleteReadError):
+                    hold_id, port, reader, writer = await self._hold()
+                except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError):
                     await asyncio.sleep(0.01)
                     continue
                 if port in wanted and port not in self.anchors:
-                    self._keep(port, reader, writer)
+                    self._keep(hold_id, port, reader, writer)
                 else:
+                    # A second hold on a member (anchors sent at once can meet):
+                    # ended, not just closed, so HAProxy counts it gone.
+                    extra = asyncio.ensure_future(reader.read())
+                    await self._end(hold_id, extra)
                     writer.close()
 
         await asyncio.gather(*(worker() for _ in range(ANCHORING)))
         return {"anchored": len(wanted & self.anchors.keys()), "attempts": attempts}
 
-    async def find(self, port: int) -> tuple[float | None, int]:
-        """Held requests until one is answered by `port`, kept as its anchor:
-        (monotonic time of that answer or None, requests sent)."""
+    async def find(self, port: int) -> dict:
+        """Complete requests until one is answered by `port`: when it was seen
+        (monotonic, or None), the probes completed, and their median round trip."""
         deadline = time.monotonic() + FIND_TIMEOUT_S
-        sent = 0
+        trips: list[float] = []
         seen: list[float] = []
 
         async def worker() -> None:
-            nonlocal sent
             while not seen and time.monotonic() < deadline:
-                sent += 1
+                sent = time.monotonic()
                 try:
-                    got, reader, writer = await self._hold()
-                except (OSError, ValueError, asyncio.IncompleteReadError):
+                    got = await self._answered_by("/")
+                except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError):
                     await asyncio.sleep(0.001)
                     continue
+                trips.append(time.monotonic() - sent)
                 if got == port and not seen:
                     seen.append(time.monotonic())
-                    self._keep(port, reader, writer)
-                else:
-                    writer.close()
 
+        began = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(PROBERS)))
-        return (seen[0] if seen else None), sent
+        trips.sort()
+        return {
+            "seen": seen[0] if seen else None,
+            "completed_per_s": len(trips) / max(time.monotonic() - began, 1e-6),
+            "round_trip_s": trips[len(trips) // 2] if trips else None,
+        }
 
     async def serve(self, conn: Connection) -> None:
         loop = asyncio.get_running_loop()
         while True:
             command = await loop.run_in_executor(None, conn.recv)
             if command is None:
+                for port in list(self.anchors):
+                    await self.release(port)
                 return
             name, args = command
-            if name == "release":
-                self.release(*args)
-                conn.send(None)
-            else:
-                conn.send(await getattr(self, name)(*args))
+            conn.send(await getattr(self, name)(*args))
 
 
 def _probe(frontend_port: int, conn: Connection) -> None:
+    _raise_fd_limit()
     asyncio.run(_Prober(frontend_port).serve(conn))
 
 
@@ -324,6 +382,7 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
     ours, theirs = context.Pipe()
     replicas = context.Process(target=_serve, args=(size + rounds, theirs), daemon=True)
     replicas.start()
+    theirs.close()  # so a replica process that dies is an EOFError here, not a hang
     ports: list[int] = ours.recv()
     workdir = tempfile.mkdtemp(prefix="bench-haproxy-")
     frontend = _free_port()
@@ -377,6 +436,7 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
     prober_end, prober_conn = context.Pipe()
     prober = context.Process(target=_probe, args=(frontend, prober_conn), daemon=True)
     prober.start()
+    prober_conn.close()
 
     async def ask(name: str, *args):
         prober_end.send((name, args))
@@ -401,6 +461,11 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
             reloaded_since = len(sampler.seen) != started_seen
             started_seen = len(sampler.seen)
             anchoring = await ask("anchor", members, reloaded_since or number == 0)
+            if anchoring["anchored"] < len(members):
+                raise RuntimeError(
+                    f"{anchoring['anchored']} of {len(members)} servers held a request after "
+                    f"{anchoring['attempts']} tries; added -> routed would not be sharp"
+                )
             new = ports[size + number]
             members = members + [new]
             prober_end.send(("find", (new,)))
@@ -409,7 +474,8 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
             api.set_backend_configs(servers(members))
             await update()
             applied = time.monotonic()
-            seen, sent = await asyncio.to_thread(prober_end.recv)
+            found = await asyncio.to_thread(prober_end.recv)
+            seen = found["seen"]
             if seen is None:
                 raise TimeoutError(
                     f"server {new} was not answering {FIND_TIMEOUT_S:.0f} s after it was added"
@@ -419,7 +485,8 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
                     "kind": "add",
                     "update_s": applied - began,
                     "routed_s": seen - began,
-                    "probe_rate": sent / max(seen - began, 1e-6),
+                    "completed_per_s": found["completed_per_s"],
+                    "round_trip_s": found["round_trip_s"],
                     "anchored": anchoring["anchored"],
                     "reloaded": len(sampler.seen) != before,
                 }
@@ -435,8 +502,12 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
         sampler.stop()
         started = len(sampler.seen - at_rest)
         server_lines = _server_lines(api.config_file_path)
-        # The drain: `draining` members removed while their anchors stay open.
+        # The drain: `draining` members removed while their anchors stay open,
+        # against a window just before with the same wait after the same call.
         await ask("anchor", members, started > 0)
+        api.set_backend_configs(servers(members))
+        await update()
+        await asyncio.sleep(DRAIN_SETTLE_S)
         idle = await _cpu_window(DRAIN_WINDOW_S)
         members = members[draining:]
         api.set_backend_configs(servers(members))
@@ -457,7 +528,10 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
     finally:
         if sampler is not None:
             sampler.stop()
-        prober_end.send(None)
+        try:
+            prober_end.send(None)
+        except OSError:
+            pass  # the prober is gone; it is killed below either way
         await api.stop()
         for process in (prober, replicas):
             process.kill()
@@ -481,5 +555,5 @@ def _server_lines(path: str) -> int:
 def haproxy_membership(size: int, rounds: int, draining: int) -> dict:
     try:
         return asyncio.run(_bench(size, rounds, draining))
-    except (TimeoutError, RuntimeError, OSError) as exc:
+    except (TimeoutError, RuntimeError, OSError, EOFError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
