@@ -46,6 +46,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from harness.cluster.agent.membership import haproxy_pids
@@ -301,40 +302,31 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _rss_kib(pids: set[int]) -> int:
-    total = 0
+def _per_process_total(pids: set[int], read: Callable[[int], float]) -> float:
+    """`read(pid)` summed over the processes; one that exited counts 0."""
+    total = 0.0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
+            total += read(pid)
         except OSError:
             continue
     return total
 
 
-def _open_fds(pids: set[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            total += len(os.listdir(f"/proc/{pid}/fd"))
-        except OSError:
-            continue
-    return total
+def _rss_kib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 
 
-def _cpu_s(pids: set[int]) -> float:
-    """User and system CPU of these processes so far."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total * _TICK_S
+def _open_fds(pid: int) -> float:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _cpu_s(pid: int) -> float:
+    """User and system CPU of the process so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
 
 
 class _Sampler:
@@ -360,12 +352,12 @@ async def _cpu_window(seconds: float) -> dict:
     """CPU per second of this process (the manager) and of HAProxy's processes
     over `seconds`."""
     pids = haproxy_pids()
-    mine, theirs, began = time.process_time(), _cpu_s(pids), time.monotonic()
+    mine, theirs, began = time.process_time(), _per_process_total(pids, _cpu_s), time.monotonic()
     await asyncio.sleep(seconds)
     elapsed = time.monotonic() - began
     return {
         "manager_cpu_per_s": (time.process_time() - mine) / elapsed,
-        "haproxy_cpu_per_s": (_cpu_s(pids | haproxy_pids()) - theirs) / elapsed,
+        "haproxy_cpu_per_s": (_per_process_total(pids | haproxy_pids(), _cpu_s) - theirs) / elapsed,
     }
 
 
@@ -451,8 +443,8 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
         await settle()
         at_rest = haproxy_pids()
         rest = {
-            "haproxy_rss_kib": _rss_kib(at_rest),
-            "haproxy_fds": _open_fds(at_rest),
+            "haproxy_rss_kib": _per_process_total(at_rest, _rss_kib),
+            "haproxy_fds": _per_process_total(at_rest, _open_fds),
             "haproxy_processes": len(at_rest),
         }
         sampler = _Sampler()
