@@ -96,13 +96,22 @@ def _serve(count: int, conn: Connection) -> None:
                         % (len(port), port)
                     )
                     await writer.drain()
-                    await released.wait()
-                    # The response ends, so HAProxy ends the request: a client
-                    # closing its side alone would leave it open until HAProxy
-                    # next writes to it.
-                    writer.write(b"0\r\n\r\n")
-                    await writer.drain()
+                    # Until released, or until HAProxy drops the connection (a
+                    # hard-stopped worker): a socket left waiting would hold a
+                    # file descriptor here for good.
+                    release = asyncio.ensure_future(released.wait())
+                    dropped = asyncio.ensure_future(reader.read())
+                    await asyncio.wait({release, dropped}, return_when=asyncio.FIRST_COMPLETED)
                     releases.pop(path.rpartition(b"=")[2], None)
+                    if release.done():
+                        dropped.cancel()
+                        # The response ends, so HAProxy ends the request: a
+                        # client closing its side alone would leave it open
+                        # until HAProxy next writes to it.
+                        writer.write(b"0\r\n\r\n")
+                        await writer.drain()
+                    else:
+                        release.cancel()
                     break
                 if b"/release?id=" in path:
                     releases.setdefault(path.rpartition(b"=")[2], asyncio.Event()).set()
