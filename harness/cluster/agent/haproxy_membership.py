@@ -202,11 +202,13 @@ class _Prober:
     async def _held(
         self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        """Until the response ends (released, or its connection cut, as by a
-        hard-stopped worker); then the anchor is gone."""
+        """Until the response ends (released: its last chunk; or its
+        connection cut, as by a hard-stopped worker); then the anchor is gone.
+        HAProxy keeps the client's connection open after a response, so the
+        last chunk, not the end of the stream, says it ended."""
         try:
-            await reader.read()
-        except OSError:
+            await reader.readuntil(b"0\r\n\r\n")
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
@@ -220,6 +222,8 @@ class _Prober:
             await asyncio.wait_for(asyncio.shield(task), REQUEST_TIMEOUT_S)
         except TimeoutError:
             task.cancel()
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # its connection went first: ended all the same
 
     async def release(self, port: int) -> None:
         """End the anchor on `port`, if any."""
@@ -250,7 +254,7 @@ class _Prober:
                 else:
                     # A second hold on a member (anchors sent at once can meet):
                     # ended, not just closed, so HAProxy counts it gone.
-                    extra = asyncio.ensure_future(reader.read())
+                    extra = asyncio.ensure_future(reader.readuntil(b"0\r\n\r\n"))
                     await self._end(hold_id, extra)
                     writer.close()
 
