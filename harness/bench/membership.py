@@ -322,7 +322,7 @@ def _print_sizes(rows: list[dict]) -> None:
             f"| {r['label']} | {r['size']:,} | {r['changes']} | {r['started']} "
             f"| {_ms(r['update_p50'])} | {_ms(r['update_p99'])} "
             f"| {_ms(r['routed_p50'])} | {_ms(r['routed_p99'])} | {_ms(r['resolution_s'])} "
-            f"| {r['rss_mib']:.1f} MiB ({processes}) | {r['fds']:,} | {r['server_lines']:,} |"
+            f"| {r['rss_mib']:.1f} MiB ({processes}) | {r['fds']:,.0f} | {r['server_lines']:,} |"
         )
     print()
     print(
