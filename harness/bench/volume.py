@@ -115,8 +115,7 @@ class RunProgress:
         )
 
 
-def judge(history: History) -> VolumeResult:
-    verdict = checker.check(history)
+def judge(verdict: checker.Verdict) -> VolumeResult:
     return VolumeResult(
         verdict=verdict,
         from_schedule={kind: stats.latency_from_scheduled for kind, stats in verdict.kinds.items()},
@@ -151,7 +150,7 @@ def volume_soak(rate: float, requests: int = REQUESTS, interval_s: float = INTER
             ) -> None:
                 _log.info("volume %s: %s", label, run.line(history, started))
 
-            history, _ = one_run(
+            history, verdict = one_run(
                 tags[config.flavor],
                 label,
                 Ladder(),
@@ -169,7 +168,8 @@ def volume_soak(rate: float, requests: int = REQUESTS, interval_s: float = INTER
             # without failing on it, as this command does.
             history.meta.update(title=title, order=len(results), claim=config.flavor != "stock")
             history.save(RESULTS_DIR / history_name(label))
-            results[label] = judge(history)
+            # one_run's verdict: the check reads every row, so it is made once.
+            results[label] = judge(verdict)
             del history  # one run's rows in memory at a time
     return results
 

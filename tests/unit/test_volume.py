@@ -11,6 +11,7 @@ import pytest
 import harness.bench.volume as volume
 from harness import cli
 from harness.core.errors import HarnessError, VerdictFailed
+from harness.experiment import checker
 from harness.experiment.history import Event, History, Request
 
 T = 1_700_000_000.0
@@ -42,7 +43,8 @@ def test_each_configuration_runs_in_turn_with_its_env_and_is_saved(monkeypatch, 
         options["on_load"]()
         runs.append((tag, label, duration_s, options["env"], options["max_requests"]))
         assert options["mix"] == volume.MIX
-        return _history(label), None
+        history = _history(label)
+        return history, checker.check(history)
 
     monkeypatch.setattr(volume, "one_run", one_run)
     results = volume.volume_soak(rate=500.0, requests=30_000)
@@ -96,7 +98,7 @@ def test_failures_per_preemption_are_the_spot_notice_windows_failures():
     history.add_event(Event(T + 5, "reload", "start", "head"))
     history.add_event(Event(T + 6, "reload", "end", "head"))
 
-    result = volume.judge(history)
+    result = volume.judge(checker.check(history))
 
     assert result.preemptions == [3]
     short = result.from_schedule["short"]
@@ -140,7 +142,10 @@ def test_stock_is_saved_as_the_comparison_and_the_patched_runs_as_the_claim(monk
     monkeypatch.setattr(
         volume,
         "one_run",
-        lambda tag, label, *a, **k: (History({"label": label, "claim": True}), None),
+        lambda tag, label, *a, **k: (
+            History({"label": label, "claim": True}),
+            checker.check(_history(label)),
+        ),
     )
     volume.volume_soak(rate=500.0, requests=100)
     claims = {
@@ -154,7 +159,9 @@ def test_stock_is_saved_as_the_comparison_and_the_patched_runs_as_the_claim(monk
 def test_only_a_patched_configuration_over_the_threshold_fails_it(monkeypatch, failing, fails):
     def volume_soak(rate, requests, interval_s):
         return {
-            c.label: volume.judge(_history(c.label, failed=5 if c.label == failing else 0))
+            c.label: volume.judge(
+                checker.check(_history(c.label, failed=5 if c.label == failing else 0))
+            )
             for c in volume.CONFIGS
         }
 
