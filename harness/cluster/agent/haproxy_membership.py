@@ -513,12 +513,15 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
             await settle()
         sampler.stop()
         started = len(sampler.seen - at_rest)
-        server_lines = _server_lines(api.config_file_path)
         # The drain: `draining` members removed while their anchors stay open,
         # against a window just before with the same wait after the same call.
         await ask("anchor", members, started > 0)
         api.set_backend_configs(servers(members))
         await update()
+        # Read after an update that changes nothing, which renders the file in
+        # full: runtime servers render it about a second after changes they
+        # sent on their own.
+        server_lines = _server_lines(api.config_file_path)
         await asyncio.sleep(DRAIN_SETTLE_S)
         idle = await _cpu_window(DRAIN_WINDOW_S)
         members = members[draining:]
