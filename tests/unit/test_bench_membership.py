@@ -25,28 +25,7 @@ class FakeCluster(ClusterStandIn):
         if args[0] == "membership-latency":
             return {"started_s": 1.5, "routed_s": 0.04, "haproxy_processes_started": 1}
         size = int(args[args.index("--size") + 1])
-        add = {
-            "kind": "add",
-            "update_s": 0.01,
-            "routed_s": 0.02,
-            "completed_per_s": 100.0,
-            "round_trip_s": 0.001,
-            "anchored": size,
-            "reloaded": False,
-        }
-        remove = {"kind": "remove", "update_s": 0.01}
-        return {
-            "size": size,
-            "changes": [add, remove],
-            "haproxy_started": 0,
-            "haproxy_rss_kib": 8192,
-            "haproxy_fds": 40,
-            "haproxy_processes": 1,
-            "config_server_lines": size,
-            "draining": 8,
-            "idle": {"manager_cpu_per_s": 0.001, "haproxy_cpu_per_s": 0.002},
-            "drain": {"manager_cpu_per_s": 0.002, "haproxy_cpu_per_s": 0.002},
-        }
+        return _sample(size, reloaded=False, anchored=size)
 
 
 def _setup_offline(monkeypatch, tmp_path):
@@ -119,6 +98,7 @@ def _sample(size, reloaded, anchored, rate=1000.0):
     add = {
         "kind": "add",
         "update_s": 0.01,
+        "collections_s": 0.0,
         "routed_s": 0.02,
         "completed_per_s": rate,
         "round_trip_s": 0.002,
@@ -127,7 +107,7 @@ def _sample(size, reloaded, anchored, rate=1000.0):
     }
     return {
         "size": size,
-        "changes": [add, {"kind": "remove", "update_s": 0.01}],
+        "changes": [add, {"kind": "remove", "update_s": 0.01, "collections_s": 0.0}],
         "haproxy_started": int(reloaded),
         "haproxy_rss_kib": 1024 * size // 100,
         "haproxy_fds": size + 20,
@@ -147,6 +127,17 @@ def test_resolution_is_one_probe_when_every_member_is_anchored_and_a_pass_otherw
     assert anchored["resolution_s"] == 0.002
     assert reloaded["resolution_s"] == 0.002 + 1024 / 1000
     assert half["resolution_s"] == 0.002 + 512 / 1000
+
+
+def test_an_update_a_full_collection_landed_in_is_shown_with_and_without_it():
+    sample = _sample(4096, False, 4096)
+    sample["changes"].append({"kind": "remove", "update_s": 0.09, "collections_s": 0.08})
+
+    row = membership._size_row("runtime servers", sample)
+
+    assert row["update_p99"] > 0.08
+    assert round(row["update_p99_less_collections"], 6) == 0.01
+    assert row["collections_max"] == 0.08
 
 
 def test_drain_cost_is_the_drain_window_less_the_idle_one_in_percent_of_a_core():

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import itertools
 import multiprocessing
 import os
@@ -155,8 +156,9 @@ class _Prober:
     and probes for an added server. Runs in its own process, driven over a
     pipe."""
 
-    def __init__(self, frontend_port: int) -> None:
+    def __init__(self, frontend_port: int, admin_socket: str) -> None:
         self.frontend_port = frontend_port
+        self.admin_socket = admin_socket
         self.anchors: dict[int, tuple[int, asyncio.Task]] = {}  # port -> (hold id, its task)
         self._ids = itertools.count()
 
@@ -289,6 +291,32 @@ class _Prober:
             "round_trip_s": trips[len(trips) // 2] if trips else None,
         }
 
+    async def up(self, members: list[int]) -> int:
+        """How many of `members` the serving HAProxy process has UP and out
+        of maintenance. Read here rather than through the manager, so the
+        manager's process does only the manager's work (parsing thousands of
+        servers' stats 20 times a second would add its garbage, and so its
+        collections, to the updates measured)."""
+        reader, writer = await asyncio.open_unix_connection(self.admin_socket)
+        try:
+            writer.write(f"show servers state {BACKEND}\n".encode())
+            await writer.drain()
+            answer = (await asyncio.wait_for(reader.read(), REQUEST_TIMEOUT_S)).decode()
+        finally:
+            writer.close()
+        wanted = {str(port) for port in members}
+        up = 0
+        for line in answer.splitlines():
+            # be_id be_name srv_id srv_name srv_addr srv_op_state
+            # srv_admin_state ... srv_port (the 19th field)
+            fields = line.split()
+            if len(fields) < 19 or not fields[0].isdigit():
+                continue
+            running = fields[5] == "2"
+            in_maint = int(fields[6]) & 0x3  # forced or inherited maintenance
+            up += running and not in_maint and fields[18] in wanted
+        return up
+
     async def serve(self, conn: Connection) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -301,9 +329,9 @@ class _Prober:
             conn.send(await getattr(self, name)(*args))
 
 
-def _probe(frontend_port: int, conn: Connection) -> None:
+def _probe(frontend_port: int, admin_socket: str, conn: Connection) -> None:
     _raise_fd_limit()
-    asyncio.run(_Prober(frontend_port).serve(conn))
+    asyncio.run(_Prober(frontend_port, admin_socket).serve(conn))
 
 
 # ------------------------------------------------------------------ the bench
@@ -342,6 +370,39 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
 
 
+class _Collections:
+    """Time the interpreter spends collecting garbage (every generation)
+    between `began()` and `ended()`. A full collection walks every object
+    the process holds, Ray's own included, and lands in whatever code
+    allocates when its threshold is crossed: an update's time includes it,
+    and this says how much of it was that."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._started: float | None = None
+        self._total_s = 0.0
+
+    def _on_collection(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.monotonic()
+        elif self._started is not None and self._since is not None:
+            self._total_s += time.monotonic() - self._started
+
+    def start(self) -> None:
+        gc.callbacks.append(self._on_collection)
+
+    def stop(self) -> None:
+        if self._on_collection in gc.callbacks:
+            gc.callbacks.remove(self._on_collection)
+
+    def began(self) -> None:
+        self._since, self._total_s = time.monotonic(), 0.0
+
+    def ended(self) -> float:
+        self._since = None
+        return self._total_s
+
+
 class _Sampler:
     """Every HAProxy pid seen on this node, sampled every 20 ms."""
 
@@ -375,6 +436,7 @@ async def _cpu_window(seconds: float) -> dict:
 
 
 async def _bench(size: int, rounds: int, draining: int) -> dict:
+    from ray.serve._private import haproxy as haproxy_module
     from ray.serve._private.haproxy import (
         BackendConfig,
         HAProxyApi,
@@ -405,6 +467,12 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
         maxconn=max(HAProxyConfig.maxconn, size + rounds + 4 * max(PROBERS, ANCHORING)),
     )
     api = HAProxyApi(cfg=config, config_file_path=os.path.join(workdir, "haproxy.cfg"))
+    # This process set up as the installed Ray's HAProxyManager sets up its
+    # own: one that applies the proxy actor's garbage-collector options (its
+    # module imports them) applies them once its HAProxyApi exists.
+    configure_gc = getattr(haproxy_module, "_configure_gc_options", None)
+    if configure_gc is not None:
+        configure_gc()
     update = getattr(api, "apply", None) or api.reload
 
     def servers(members: list[int]) -> dict:
@@ -430,16 +498,16 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
         reload displaced have exited."""
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while time.monotonic() < deadline:
-            stats = (await api.get_all_stats()).get(BACKEND, {})
-            up = sum(s.is_up for s in stats.values())
-            if up >= len(members) and not api.has_alive_old_procs():
+            if await ask("up", members) >= len(members) and not api.has_alive_old_procs():
                 return
             await asyncio.sleep(0.05)
         raise TimeoutError(f"{size} servers did not all come up within {SETTLE_TIMEOUT_S:.0f} s")
 
     members = ports[:size]
     prober_end, prober_conn = context.Pipe()
-    prober = context.Process(target=_probe, args=(frontend, prober_conn), daemon=True)
+    prober = context.Process(
+        target=_probe, args=(frontend, config.socket_path, prober_conn), daemon=True
+    )
     prober.start()
     prober_conn.close()
 
@@ -449,6 +517,8 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
 
     changes: list[dict] = []
     sampler = None
+    garbage = _Collections()
+    garbage.start()
     try:
         await api.start()
         api.set_backend_configs(servers(members))
@@ -480,12 +550,17 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
                 )
             new = ports[size + number]
             members = members + [new]
+            # Built before the clock starts: the configs are the update's
+            # input (on a node, the controller's broadcast), not its work.
+            configs = servers(members)
             prober_end.send(("find", (new,)))
             before = len(sampler.seen)
+            garbage.began()
             began = time.monotonic()
-            api.set_backend_configs(servers(members))
+            api.set_backend_configs(configs)
             await update()
             applied = time.monotonic()
+            collected_s = garbage.ended()
             found = await asyncio.to_thread(prober_end.recv)
             seen = found["seen"]
             if seen is None:
@@ -496,6 +571,7 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
                 {
                     "kind": "add",
                     "update_s": applied - began,
+                    "collections_s": collected_s,
                     "routed_s": seen - began,
                     "completed_per_s": found["completed_per_s"],
                     "round_trip_s": found["round_trip_s"],
@@ -506,10 +582,15 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
             await settle()
             oldest, members = members[0], members[1:]
             await ask("release", oldest)
+            configs = servers(members)
+            garbage.began()
             began = time.monotonic()
-            api.set_backend_configs(servers(members))
+            api.set_backend_configs(configs)
             await update()
-            changes.append({"kind": "remove", "update_s": time.monotonic() - began})
+            update_s = time.monotonic() - began
+            changes.append(
+                {"kind": "remove", "update_s": update_s, "collections_s": garbage.ended()}
+            )
             await settle()
         sampler.stop()
         started = len(sampler.seen - at_rest)
@@ -541,6 +622,7 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
             "drain": drain,
         }
     finally:
+        garbage.stop()
         if sampler is not None:
             sampler.stop()
         try:
