@@ -292,11 +292,15 @@ class _Prober:
         }
 
     async def up(self, members: list[int]) -> int:
-        """How many of `members` the serving HAProxy process has UP and out
-        of maintenance. Read here rather than through the manager, so the
-        manager's process does only the manager's work (parsing thousands of
-        servers' stats 20 times a second would add its garbage, and so its
-        collections, to the updates measured)."""
+        """How many of `members` the serving HAProxy process has UP, out of
+        maintenance, with a health check completed and passed (a server not
+        checked yet is UP too, and a process just started is still running
+        its first checks of every server).
+
+        Read here rather than through the manager, so the manager's process
+        does only the manager's work: parsing thousands of servers' stats 20
+        times a second would add its garbage, and so its collections, to the
+        updates measured."""
         reader, writer = await asyncio.open_unix_connection(self.admin_socket)
         try:
             writer.write(f"show servers state {BACKEND}\n".encode())
@@ -308,13 +312,15 @@ class _Prober:
         up = 0
         for line in answer.splitlines():
             # be_id be_name srv_id srv_name srv_addr srv_op_state
-            # srv_admin_state ... srv_port (the 19th field)
+            # srv_admin_state ... srv_check_result (the 12th field) ...
+            # srv_port (the 19th)
             fields = line.split()
             if len(fields) < 19 or not fields[0].isdigit():
                 continue
             running = fields[5] == "2"
             in_maint = int(fields[6]) & 0x3  # forced or inherited maintenance
-            up += running and not in_maint and fields[18] in wanted
+            passed = fields[11] == "3"  # its last check passed
+            up += running and not in_maint and passed and fields[18] in wanted
         return up
 
     async def serve(self, conn: Connection) -> None:
