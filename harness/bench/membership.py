@@ -217,7 +217,8 @@ def _size_row(label: str, sample: dict) -> dict:
         "update_p50": percentile(updates, 50),
         "update_p99": percentile(updates, 99),
         "update_p99_less_collections": percentile(own_work, 99),
-        "collections_max": max(c["collections_s"] for c in changes),
+        "longest_collection_s": max(c["longest_collection_s"] for c in changes),
+        "full_collections": sum(c["full_collections"] for c in changes),
         "routed_p50": percentile(routed, 50),
         "routed_p99": percentile(routed, 99),
         "resolution_s": statistics.median(resolution(c) for c in adds),
@@ -336,8 +337,9 @@ def _print_sizes(rows: list[dict]) -> None:
     )
     for r in rows:
         print(
-            f"  {r['label']}, {r['size']:,} servers: longest {_ms(r['collections_max'])}; "
-            f"update p99 less them {_ms(r['update_p99_less_collections'])}"
+            f"  {r['label']}, {r['size']:,} servers: {r['full_collections']} full, the "
+            f"longest collection {_ms(r['longest_collection_s'])}; p99 of each update less "
+            f"its collections {_ms(r['update_p99_less_collections'])}"
         )
     print()
     print(

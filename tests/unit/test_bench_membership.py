@@ -94,11 +94,14 @@ def test_one_part_alone_runs_and_prints_only_that_part(monkeypatch, tmp_path, ca
     assert "by backend size" in out
 
 
+NO_COLLECTIONS = {"collections_s": 0.0, "longest_collection_s": 0.0, "full_collections": 0}
+
+
 def _sample(size, reloaded, anchored, rate=1000.0):
     add = {
         "kind": "add",
         "update_s": 0.01,
-        "collections_s": 0.0,
+        **NO_COLLECTIONS,
         "routed_s": 0.02,
         "completed_per_s": rate,
         "round_trip_s": 0.002,
@@ -107,7 +110,7 @@ def _sample(size, reloaded, anchored, rate=1000.0):
     }
     return {
         "size": size,
-        "changes": [add, {"kind": "remove", "update_s": 0.01, "collections_s": 0.0}],
+        "changes": [add, {"kind": "remove", "update_s": 0.01, **NO_COLLECTIONS}],
         "haproxy_started": int(reloaded),
         "haproxy_rss_kib": 1024 * size // 100,
         "haproxy_fds": size + 20,
@@ -131,13 +134,22 @@ def test_resolution_is_one_probe_when_every_member_is_anchored_and_a_pass_otherw
 
 def test_an_update_a_full_collection_landed_in_is_shown_with_and_without_it():
     sample = _sample(4096, False, 4096)
-    sample["changes"].append({"kind": "remove", "update_s": 0.09, "collections_s": 0.08})
+    sample["changes"].append(
+        {
+            "kind": "remove",
+            "update_s": 0.09,
+            "collections_s": 0.08,
+            "longest_collection_s": 0.07,
+            "full_collections": 1,
+        }
+    )
 
     row = membership._size_row("runtime servers", sample)
 
     assert row["update_p99"] > 0.08
     assert round(row["update_p99_less_collections"], 6) == 0.01
-    assert row["collections_max"] == 0.08
+    assert row["longest_collection_s"] == 0.07
+    assert row["full_collections"] == 1
 
 
 def test_drain_cost_is_the_drain_window_less_the_idle_one_in_percent_of_a_core():

@@ -12,9 +12,10 @@ environment (RAY_SERVE_HAPROXY_* flags), as on a real node.
 Per round, one server is added (a new name, a new port) and the oldest one
 removed, two changes that keep the size. For each change: the manager's
 update time (the call, as the manager's update-latency histogram would time
-it, minus its coalesce window), and HAProxy processes started (sampled every
-20 ms). For an addition, the time from the change to the first answer from
-the new server through HAProxy's frontend.
+it, minus its coalesce window), the garbage collections the interpreter ran
+inside it (their total, the longest, how many were full), and HAProxy
+processes started (sampled every 20 ms). For an addition, the time from the
+change to the first answer from the new server through HAProxy's frontend.
 
 That last figure is sharp at any size because the backend balances
 `leastconn` (Serve's default): before each addition the prober holds one open
@@ -48,6 +49,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from harness.cluster.agent.membership import haproxy_pids
@@ -149,6 +151,33 @@ def _serve(count: int, conn: Connection) -> None:
 
 
 # ------------------------------------------------------------------ prober
+
+
+def settled_ports(stats_csv: str) -> set[int]:
+    """The ports of the servers in a `show stat` answer that are settled UP:
+    status "UP" (not "UP 1/2", which is still rising or falling, nor DRAIN or
+    MAINT), with a health check completed ("INI" until the first one ends;
+    "* L7OK" is one running after a pass). Columns are found by the header's
+    names. An answer that is not a stats dump ("No such proxy.") has none."""
+    lines = stats_csv.splitlines()
+    header = next((line for line in lines if line.startswith("# ")), None)
+    if header is None:
+        return set()
+    names = header[2:].split(",")
+    try:
+        status, check, addr = (names.index(n) for n in ("status", "check_status", "addr"))
+    except ValueError:
+        return set()
+    ports = set()
+    for line in lines:
+        fields = line.split(",")
+        if line.startswith("#") or len(fields) < len(names):
+            continue
+        checked = fields[check].lstrip("* ") not in ("", "INI")
+        port = fields[addr].rpartition(":")[2]
+        if fields[status] == "UP" and checked and port.isdigit():
+            ports.add(int(port))
+    return ports
 
 
 class _Prober:
@@ -292,36 +321,32 @@ class _Prober:
         }
 
     async def up(self, members: list[int]) -> int:
-        """How many of `members` the serving HAProxy process has UP, out of
-        maintenance, with a health check completed and passed (a server not
-        checked yet is UP too, and a process just started is still running
-        its first checks of every server).
+        """How many of `members` the serving HAProxy process has settled UP
+        (`settled_ports`); 0 while its admin socket does not answer (a
+        process being replaced), so the caller asks again.
 
         Read here rather than through the manager, so the manager's process
         does only the manager's work: parsing thousands of servers' stats 20
         times a second would add its garbage, and so its collections, to the
         updates measured."""
+        try:
+            answer = await asyncio.wait_for(
+                self._admin(f"show stat {BACKEND} 4 -1"), REQUEST_TIMEOUT_S
+            )
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            return 0
+        return len(settled_ports(answer) & set(members))
+
+    async def _admin(self, command: str) -> str:
+        """One command on HAProxy's admin socket, which answers and closes."""
         reader, writer = await asyncio.open_unix_connection(self.admin_socket)
         try:
-            writer.write(f"show servers state {BACKEND}\n".encode())
+            writer.write(f"{command}\n".encode())
             await writer.drain()
-            answer = (await asyncio.wait_for(reader.read(), REQUEST_TIMEOUT_S)).decode()
+            return (await reader.read()).decode()
         finally:
             writer.close()
-        wanted = {str(port) for port in members}
-        up = 0
-        for line in answer.splitlines():
-            # be_id be_name srv_id srv_name srv_addr srv_op_state
-            # srv_admin_state ... srv_check_result (the 12th field) ...
-            # srv_port (the 19th)
-            fields = line.split()
-            if len(fields) < 19 or not fields[0].isdigit():
-                continue
-            running = fields[5] == "2"
-            in_maint = int(fields[6]) & 0x3  # forced or inherited maintenance
-            passed = fields[11] == "3"  # its last check passed
-            up += running and not in_maint and passed and fields[18] in wanted
-        return up
+            await writer.wait_closed()
 
     async def serve(self, conn: Connection) -> None:
         loop = asyncio.get_running_loop()
@@ -377,22 +402,31 @@ def _cpu_s(pid: int) -> float:
 
 
 class _Collections:
-    """Time the interpreter spends collecting garbage (every generation)
-    between `began()` and `ended()`. A full collection walks every object
-    the process holds, Ray's own included, and lands in whatever code
-    allocates when its threshold is crossed: an update's time includes it,
-    and this says how much of it was that."""
+    """The interpreter's garbage collections on this thread between `began()`
+    and `ended()`. A full collection walks every object the process holds,
+    Ray's own included, and lands in whatever code allocates when its
+    threshold is crossed: an update's time includes the collections it ran,
+    and this says how much of it they were. Collections on other threads (the
+    pid sampler's) hold the lock the update waits for only as any other
+    thread's work does, and are left out."""
 
     def __init__(self) -> None:
-        self._since: float | None = None
+        self._thread = threading.get_ident()
+        self._open = False
         self._started: float | None = None
-        self._total_s = 0.0
+        self._window = _Collected()
 
     def _on_collection(self, phase: str, info: dict) -> None:
+        if not self._open or threading.get_ident() != self._thread:
+            return
         if phase == "start":
             self._started = time.monotonic()
-        elif self._started is not None and self._since is not None:
-            self._total_s += time.monotonic() - self._started
+        elif self._started is not None:
+            took = time.monotonic() - self._started
+            self._started = None
+            self._window.total_s += took
+            self._window.longest_s = max(self._window.longest_s, took)
+            self._window.full += info["generation"] == 2
 
     def start(self) -> None:
         gc.callbacks.append(self._on_collection)
@@ -402,11 +436,25 @@ class _Collections:
             gc.callbacks.remove(self._on_collection)
 
     def began(self) -> None:
-        self._since, self._total_s = time.monotonic(), 0.0
+        self._open, self._started, self._window = True, None, _Collected()
 
-    def ended(self) -> float:
-        self._since = None
-        return self._total_s
+    def ended(self) -> _Collected:
+        self._open = False
+        return self._window
+
+
+@dataclass
+class _Collected:
+    total_s: float = 0.0
+    longest_s: float = 0.0
+    full: int = 0  # of the oldest generation: every object walked
+
+    def fields(self) -> dict:
+        return {
+            "collections_s": self.total_s,
+            "longest_collection_s": self.longest_s,
+            "full_collections": self.full,
+        }
 
 
 class _Sampler:
@@ -504,7 +552,9 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
         reload displaced have exited."""
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while time.monotonic() < deadline:
-            if await ask("up", members) >= len(members) and not api.has_alive_old_procs():
+            # The retired processes first: an answer read before one exits
+            # could be its own.
+            if not api.has_alive_old_procs() and await ask("up", members) >= len(members):
                 return
             await asyncio.sleep(0.05)
         raise TimeoutError(f"{size} servers did not all come up within {SETTLE_TIMEOUT_S:.0f} s")
@@ -556,17 +606,16 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
                 )
             new = ports[size + number]
             members = members + [new]
-            # Built before the clock starts: the configs are the update's
-            # input (on a node, the controller's broadcast), not its work.
-            configs = servers(members)
             prober_end.send(("find", (new,)))
             before = len(sampler.seen)
             garbage.began()
             began = time.monotonic()
-            api.set_backend_configs(configs)
+            # The configs are built inside the clock, as the manager builds
+            # them from the controller's broadcast inside its update.
+            api.set_backend_configs(servers(members))
             await update()
             applied = time.monotonic()
-            collected_s = garbage.ended()
+            collected = garbage.ended()
             found = await asyncio.to_thread(prober_end.recv)
             seen = found["seen"]
             if seen is None:
@@ -577,7 +626,7 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
                 {
                     "kind": "add",
                     "update_s": applied - began,
-                    "collections_s": collected_s,
+                    **collected.fields(),
                     "routed_s": seen - began,
                     "completed_per_s": found["completed_per_s"],
                     "round_trip_s": found["round_trip_s"],
@@ -588,15 +637,12 @@ async def _bench(size: int, rounds: int, draining: int) -> dict:
             await settle()
             oldest, members = members[0], members[1:]
             await ask("release", oldest)
-            configs = servers(members)
             garbage.began()
             began = time.monotonic()
-            api.set_backend_configs(configs)
+            api.set_backend_configs(servers(members))
             await update()
             update_s = time.monotonic() - began
-            changes.append(
-                {"kind": "remove", "update_s": update_s, "collections_s": garbage.ended()}
-            )
+            changes.append({"kind": "remove", "update_s": update_s, **garbage.ended().fields()})
             await settle()
         sampler.stop()
         started = len(sampler.seen - at_rest)
