@@ -262,6 +262,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            self._hold_s = 0.0 * min(\n",
     ),
     Mutation(
+        "the relay sends on the shared grid",
+        _RELAY,
+        "        return self._on_send_grid(min(starts) + self._hold_s, self._hold_s)\n",
+        "        return min(starts) + self._hold_s\n",
+    ),
+    Mutation(
+        "each relay sends on its own slot of the grid",
+        _RELAY,
+        "        step -= (step - self._send_slot(steps)) % steps\n",
+        "        step -= step % steps\n",
+    ),
+    Mutation(
         "the relay's hold is worked out again only on a change",
         _RELAY,
         "        if self._hold_s is None:\n",
