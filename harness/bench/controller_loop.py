@@ -26,6 +26,7 @@ broadcasts, checkpoints), which all modes pay alike.
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from collections.abc import Iterator
@@ -57,6 +58,8 @@ CALL_WINDOW_S = 4.0
 MIN_BATCHES = 60
 PROBED_ACTORS = 8
 RELAYS = 4
+# Batches that arrive together come from at most this many relays.
+MAX_RELAYS = 8
 TARGET = 0.2
 
 
@@ -167,9 +170,44 @@ def _state(replicas: int, registry: Any, probes: list[int], period_s: float = PE
     return state
 
 
+def send_step_s() -> float | None:
+    """The step of the relays' send grid in the installed Ray
+    (PUSH_HEALTH_RELAY_SEND_GRID_S) for a hold of one period: a relay sends on
+    every k-th step, from its slot, so a slot's batches arrive together. None
+    where relays send when their hold ends (no grid, or a hold under two
+    steps)."""
+    from ray.serve._private import constants
+
+    grid_s = getattr(constants, "PUSH_HEALTH_RELAY_SEND_GRID_S", 0.0)
+    hold_s = constants.PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * PERIOD_S
+    if grid_s <= 0 or hold_s < 2 * grid_s:
+        return None
+    return hold_s / math.ceil(hold_s / grid_s)
+
+
+def batches_arriving_together(batches_per_s: float) -> int:
+    """How many batches reach the controller at once: one at a time without a
+    send grid, else a step's worth (the mean; the relays' slots spread the
+    nodes about evenly). Nodes' clocks are taken to agree, as they do here."""
+    step_s = send_step_s()
+    return 1 if step_s is None else max(1, round(batches_per_s * step_s))
+
+
+def _send_slots(nodes: int, steps: int) -> list[int]:
+    """Each node's slot on the send grid, as the installed relay picks it from
+    its sender id (the bench's node names)."""
+    from ray.serve._private.replica_health_relay import ReplicaHealthRelay
+
+    return [
+        ReplicaHealthRelay(lambda: None, sender_id=f"node-{n}")._send_slot(steps)
+        for n in range(nodes)
+    ]
+
+
 def _relay_batches(replicas: int, clock: _FakeClock) -> Iterator[list[tuple[float, bytes]]]:
     """Per control loop, the batches that arrive in it: each node's once per
-    period, nodes spread evenly over the period, every report fresh."""
+    period, nodes spread evenly over the period, or on the send grid each in
+    its relay's slot; every report fresh."""
     from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
 
     nodes = [
@@ -177,15 +215,22 @@ def _relay_batches(replicas: int, clock: _FakeClock) -> Iterator[list[tuple[floa
         for start in range(0, replicas, REPLICAS_PER_NODE)
     ]
     loops_per_period = round(PERIOD_S / LOOP_S)
+    step_s = send_step_s()
+    if step_s is None:
+        send_loop = [index % loops_per_period for index in range(len(nodes))]
+    else:
+        loops_per_step = round(step_s / LOOP_S)
+        slots = _send_slots(len(nodes), round(PERIOD_S / step_s))
+        send_loop = [slot * loops_per_step for slot in slots]
     loop = 0
     while True:
-        due = [node for index, node in enumerate(nodes) if index % loops_per_period == loop]
         now = clock.now
         yield [
             ReplicaHealthBatch(
                 [ReplicaHealthReport(rid, now, True, 0) for rid in ids], [], f"node-{n}", now
             ).to_bytes()
-            for n, ids in enumerate(due)
+            for n, ids in enumerate(nodes)
+            if send_loop[n] == loop
         ]
         loop = (loop + 1) % loops_per_period
 
@@ -255,7 +300,10 @@ class RayCallCosts:
 
 
 def measure_ray_calls(
-    probes_per_tick: int, batches_per_s: float, seconds: float = CALL_WINDOW_S
+    probes_per_tick: int,
+    batches_per_s: float,
+    seconds: float = CALL_WINDOW_S,
+    batches_together: int = 1,
 ) -> RayCallCosts:
     """What the fake leaves out, measured on this machine at the modes' own
     pace, in an async actor standing in for the controller: its whole
@@ -268,9 +316,11 @@ def measure_ray_calls(
     reads the replies of the probes it sent in the last one
     (`check_obj_ref_ready_nowait`, then `ray.get`) and sends `probes_per_tick`
     more (`check_health.remote()`), over PROBED_ACTORS actors. Batches, as
-    relays send them: RELAYS actors each keep one batch in flight, together
-    `batches_per_s`, staggered so batches arrive one at a time, for at least
-    MIN_BATCHES; the stand-in's handler does nothing."""
+    relays send them, together `batches_per_s`, for at least MIN_BATCHES:
+    `batches_together` at once from up to MAX_RELAYS actors at every step of a
+    shared clock, as relays on a send grid do, or with 1, RELAYS actors in
+    turn so batches arrive one at a time. The stand-in's handler does
+    nothing."""
     import ray
     from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
 
@@ -335,44 +385,76 @@ def measure_ray_calls(
     @ray.remote(num_cpus=0)
     class Relay:
         async def send(
-            self, controller: Any, batch: bytes, every_s: float, offset_s: float, seconds: float
+            self,
+            controller: Any,
+            batch: bytes,
+            calls: int,
+            slot_s: float,
+            slot: int,
+            slots: int,
+            end_at: float,
         ) -> int:
             import asyncio
 
-            # Staggered, as nodes' relays are: batches arrive one at a time.
-            await asyncio.sleep(offset_s)
-            sent, start = 0, time.monotonic()
-            while time.monotonic() - start < seconds:
-                await controller.record_replica_health_reports.remote(batch)
-                sent += 1
-                await asyncio.sleep(max(0.0, start + sent * every_s - time.monotonic()))
-            return sent
+            # On the shared clock, as relays on the send grid are: `calls`
+            # batches at once at the start of every `slots`-th slot from `slot`.
+            sent = 0
+            while True:
+                index = math.floor(time.time() / slot_s) + 1
+                index += (slot - index) % slots
+                if index * slot_s > end_at:
+                    return sent
+                await asyncio.sleep(index * slot_s - time.time())
+                await asyncio.gather(
+                    *(controller.record_replica_health_reports.remote(batch) for _ in range(calls))
+                )
+                sent += calls
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         controller = Controller.remote()  # type: ignore[attr-defined]
         replicas = [Replica.remote() for _ in range(PROBED_ACTORS)]  # type: ignore[attr-defined]
-        relays = [Relay.remote() for _ in range(RELAYS)]  # type: ignore[attr-defined]
         reports = [ReplicaHealthReport(f"r{i:06d}", 1.0, True, 0) for i in range(REPLICAS_PER_NODE)]
         batch = ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
+        # Relays in turn, one batch a slot, or all at every slot, sharing its
+        # `batches_together`.
+        alone = batches_together <= 1
+        relay_count = RELAYS if alone else min(batches_together, MAX_RELAYS)
+        relays = [Relay.remote() for _ in range(relay_count)]  # type: ignore[attr-defined]
+        slot_s = max(1, batches_together) / batches_per_s
+        shares = [
+            1 if alone else batches_together // relay_count + (i < batches_together % relay_count)
+            for i in range(relay_count)
+        ]
+
+        def send_all(window_s: float) -> int:
+            end_at = time.time() + window_s
+            return sum(
+                ray.get(
+                    [
+                        relay.send.remote(
+                            controller,
+                            batch,
+                            share,
+                            slot_s,
+                            i if alone else 0,
+                            relay_count if alone else 1,
+                            end_at,
+                        )
+                        for i, (relay, share) in enumerate(zip(relays, shares, strict=True))
+                    ]
+                )
+            )
+
         # Warm both paths up, then the idle baseline.
         ray.get(controller.probe.remote(replicas, probes_per_tick, 1.0, 0.0))
-        ray.get([relay.send.remote(controller, batch, 0.1, 0.0, 1.0) for relay in relays])
+        send_all(1.0)
         idle = ray.get(controller.idle_cpu_s_per_s.remote(2.0))
         per_probe = ray.get(controller.probe.remote(replicas, probes_per_tick, seconds, idle))
         ray.get(controller.start.remote())
-        every_s = RELAYS / batches_per_s
         # Long enough for MIN_BATCHES, so few batches a second are not lost in
         # the idle CPU taken off.
-        window_s = max(seconds, MIN_BATCHES / batches_per_s)
-        sent = sum(
-            ray.get(
-                [
-                    relay.send.remote(controller, batch, every_s, i * every_s / RELAYS, window_s)
-                    for i, relay in enumerate(relays)
-                ]
-            )
-        )
+        sent = send_all(max(seconds, MIN_BATCHES / batches_per_s))
         per_batch = ray.get(controller.since_start.remote(sent, idle))
     finally:
         ray.shutdown()
@@ -396,6 +478,17 @@ def slope_per_1000(points: list[tuple[int, float]]) -> float:
     if len(set(xs)) < 2:
         raise ValueError("a slope needs at least two sizes")
     return 1000 * statistics.linear_regression(xs, ys).slope
+
+
+def series_digests() -> dict[str, str]:
+    """The sha256 of every patch in the checkout's series when the bench ran:
+    what ties a result to the code it measured (the bench runs .venv's Ray,
+    which `make apply-patches` brings in line with the series)."""
+    import hashlib
+
+    from harness.core.pin import read_series
+
+    return {patch.name: hashlib.sha256(patch.read_bytes()).hexdigest() for patch in read_series()}
 
 
 def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS) -> dict:
@@ -427,14 +520,24 @@ def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS
                     f"repeat {repeat + 1}/{repeats}: {size} replicas, Ray's per-call costs",
                     call_s,
                 )
+                together = batches_arriving_together(by_mode["push"].batches_per_s)
                 cost = measure_ray_calls(
                     max(1, round(by_mode["pull"].probes_per_s * LOOP_S)),
                     by_mode["push"].batches_per_s,
+                    batches_together=together,
                 )
-                calls.append({"repeat": repeat, "replicas": size, **cost.__dict__})
+                calls.append(
+                    {
+                        "repeat": repeat,
+                        "replicas": size,
+                        "batches_together": together,
+                        **cost.__dict__,
+                    }
+                )
     result = {
         "period_s": PERIOD_S,
         "replicas_per_node": REPLICAS_PER_NODE,
+        "series": series_digests(),
         "calls": calls,
         "runs": runs,
     }
@@ -450,6 +553,9 @@ def print_controller_loop(result: dict) -> None:
     }
     runs = [LoopCost(**run) for run in result["runs"]]
     sizes = sorted({run.replicas for run in runs})
+    # Batches that arrived together in the call measurement (1 before the
+    # relays had a send grid).
+    together = {c["replicas"]: c.get("batches_together", 1) for c in result["calls"]}
 
     def total(run: LoopCost) -> float:
         return total_cpu_s_per_s(run, calls[(run.repeat, run.replicas)])
@@ -464,7 +570,7 @@ def print_controller_loop(result: dict) -> None:
     )
     print(
         "| replicas | mode | sweep (faked calls) | batches received | probes / s | "
-        "batches / s | Ray's cost per call, us | with Ray's calls | push / pull | "
+        "batches / s (at once) | Ray's cost per call, us | with Ray's calls | push / pull | "
         "health only: push / pull | target |"
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -494,7 +600,8 @@ def print_controller_loop(result: dict) -> None:
                 f"| {median_range([r.sweep_cpu_s_per_s for r in mode_runs], digits=4)} "
                 f"| {median_range([r.receive_cpu_s_per_s for r in mode_runs], digits=4)} "
                 f"| {statistics.median(r.probes_per_s for r in mode_runs):.1f} "
-                f"| {statistics.median(r.batches_per_s for r in mode_runs):.1f} "
+                f"| {statistics.median(r.batches_per_s for r in mode_runs):.1f}"
+                f"{f' ({together[size]})' if push else ''} "
                 f"| {median_range(per_call, digits=0) if mode != 'none' else '-'} "
                 f"| {median_range(mode_totals, digits=4)} "
                 f"| {median_range(ratios, digits=3) if push else '-'} "

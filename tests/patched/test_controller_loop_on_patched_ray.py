@@ -2,6 +2,8 @@
 calls; at a small size, each mode must do what the controller does on a
 cluster, or the figures at 8,000 replicas would measure something else."""
 
+import pytest
+
 from harness.bench.controller_loop import PERIOD_S, REPLICAS_PER_NODE, measure_mode
 
 REPLICAS = 2 * REPLICAS_PER_NODE
@@ -52,10 +54,34 @@ def test_without_health_the_sweep_keeps_its_cadence():
         assert state._reconcile_sweep_period_s() == PERIOD_S
 
 
-def test_rays_per_call_costs_are_measured_in_a_local_ray():
+def test_relays_on_the_send_grid_send_together():
+    # 20 nodes, a 1 s grid step: each node's batch once a period, on a step
+    # of its relay's slot, the nodes spread over the ten steps.
+    from harness.bench.controller_loop import (
+        LOOP_S,
+        _FakeClock,
+        _relay_batches,
+        _send_slots,
+        send_step_s,
+    )
+
+    assert send_step_s() == 1.0
+    batches = _relay_batches(20 * REPLICAS_PER_NODE, _FakeClock())
+    per_loop = [len(next(batches)) for _ in range(round(PERIOD_S / LOOP_S))]
+    slots = _send_slots(20, 10)
+    assert per_loop == [
+        slots.count(loop // 10) if loop % 10 == 0 else 0 for loop in range(len(per_loop))
+    ]
+    assert len(set(slots)) > 5
+
+
+@pytest.mark.parametrize("batches_together", [1, 3])
+def test_rays_per_call_costs_are_measured_in_a_local_ray(batches_together):
     from harness.bench.controller_loop import measure_ray_calls
 
-    calls = measure_ray_calls(probes_per_tick=8, batches_per_s=10.0, seconds=1.0)
+    calls = measure_ray_calls(
+        probes_per_tick=8, batches_per_s=10.0, seconds=1.0, batches_together=batches_together
+    )
     # Tens to hundreds of microseconds of process CPU each on this kind of
     # machine; a wrong idle subtraction or a count off by the samples would
     # land far outside.

@@ -68,3 +68,57 @@ def test_the_target_is_judged_on_the_worst_repeat(capsys):
     )
     assert "| 0.150 (0.100-0.300) |" in rows[0]
     assert "at most 0.2: not met" in rows[0]
+
+
+@pytest.mark.parametrize(
+    ("grid_s", "batches_per_s", "together"),
+    [
+        (1.0, 25.0, 25),  # 8,000 replicas: a grid step's batches at once
+        (1.0, 3.125, 3),
+        (1.0, 0.3, 1),
+        (0.0, 25.0, 1),  # the grid off: one at a time
+        (6.0, 25.0, 1),  # a 10 s hold under two steps is not aligned
+        (3.0, 25.0, 62),  # a 10 s hold in four equal steps of 2.5 s
+    ],
+)
+def test_batches_arrive_together_on_the_relays_send_grid(
+    monkeypatch, grid_s, batches_per_s, together
+):
+    from ray.serve._private import constants
+
+    from harness.bench.controller_loop import batches_arriving_together
+
+    monkeypatch.setattr(constants, "PUSH_HEALTH_RELAY_SEND_GRID_S", grid_s, raising=False)
+    assert batches_arriving_together(batches_per_s) == together
+
+
+def test_without_a_send_grid_batches_arrive_one_at_a_time(monkeypatch):
+    from ray.serve._private import constants
+
+    from harness.bench.controller_loop import batches_arriving_together
+
+    monkeypatch.delattr(constants, "PUSH_HEALTH_RELAY_SEND_GRID_S", raising=False)
+    assert batches_arriving_together(25.0) == 1
+
+
+def test_the_table_says_how_many_batches_arrived_at_once(capsys):
+    runs = [
+        LoopCost(
+            0, size, mode, 0.01, 0.0, 100 if mode == "pull" else 0, 25.0 if mode == "push" else 0.0
+        ).__dict__
+        for size in (4000, 8000)
+        for mode in ("none", "pull", "push")
+    ]
+    calls = [
+        {
+            "repeat": 0,
+            "replicas": size,
+            "batches_together": size // 320,
+            "probe_s": 1e-4,
+            "batch_s": 1e-3,
+        }
+        for size in (4000, 8000)
+    ]
+    print_controller_loop({"period_s": 10.0, "replicas_per_node": 32, "calls": calls, "runs": runs})
+    rows = [line for line in capsys.readouterr().out.splitlines() if "| push |" in line]
+    assert "| 25.0 (12) |" in rows[0] and "| 25.0 (25) |" in rows[1]
