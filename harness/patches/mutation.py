@@ -274,6 +274,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        step -= step % steps\n",
     ),
     Mutation(
+        "the send grid keeps the clocks' offset through jitter",
+        _RELAY,
+        "            or abs(wall_offset_s - self._wall_offset_s) > _WALL_OFFSET_TOLERANCE_S\n",
+        "            or True\n",
+    ),
+    Mutation(
         "the relay's hold is worked out again only on a change",
         _RELAY,
         "        if self._hold_s is None:\n",
