@@ -276,7 +276,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "the send grid keeps the clocks' offset through jitter",
         _RELAY,
-        "            or abs(wall_offset_s - self._wall_offset_s) > _WALL_OFFSET_TOLERANCE_S\n",
+        "            or abs(wall_offset_s - self._wall_offset_s) > tolerance_s\n",
         "            or True\n",
     ),
     Mutation(
