@@ -4,7 +4,8 @@ time after the drain window, HAProxy redispatches them, and none fails.
 
 One event:
   1. open K keep-alive connections to the head node's HAProxy and send one
-     request on each; leave them idle (they now belong to the current worker)
+     request on each, again on new ones until those reached both replicas;
+     leave them idle (they now belong to the current worker)
   2. start long "pin" requests on both replicas: they keep the replica that
      will stop busy, so it is still in its drain loop after the window
   3. scale 2 -> 1 replicas (a lightweight update); Serve stops one replica
@@ -24,6 +25,7 @@ their outcome is reported as a fact.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass
 
@@ -36,13 +38,13 @@ from harness.experiment.configs import FAST_METRICS, FORCE_KILL_COVERS_REQUEST_T
 from harness.experiment.history import Event, History
 from harness.experiment.load import HTTPConnection, send
 from harness.scenarios.base import (
+    LOG_LINE,
     PATCHED,
     STOCK,
     Facts,
     ImageRun,
     Scenario,
     fact,
-    logged,
     observe_log_lines,
     observe_shutdown_counters,
     shutdowns_counted,
@@ -53,6 +55,9 @@ _log = log.get(__name__)
 MIN_DRAINING_S = 5.0
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
 PINS = "pin outcomes"  # observation: each event's pins, by error class
+REOPENED = "stale connections reopened"  # observation: each event's, before or by its late request
+PRIME_ATTEMPTS = 5
+CONNS_PER_ATTEMPT = 100  # connection numbers: attempt * 100 + i; controls at 500, pins at 900
 LATE_SENT = "late requests sent"
 ENV = {
     **FAST_METRICS,
@@ -89,6 +94,8 @@ class StaleFacts(Facts):
     failed_per_event: list[int] = fact("failed stale requests per event")
     late_sent_at: list[str] = fact("late requests sent at STOP +")  # "6.21 s", "?": no stop seen
     pins_severed: list[int] = fact("pins severed per event (expected on every version)")
+    stopping_completed: list[int] = fact("stale requests the stopping replica completed per event")
+    reopened: list[int] = fact("stale connections reopened per event (0: all rode the old worker)")
     shutdowns: str = fact("replica shutdowns, as the controller counted them")
 
 
@@ -114,6 +121,12 @@ def _wait_for_two_replicas(cluster: RayCluster, timeout_s: float = 90.0) -> None
             time.sleep(1.0)
 
 
+def _stopped_replica(line: str) -> str | None:
+    """The replica id in the controller's "Stopping Replica(id='...'" line."""
+    found = re.search(r"Replica\(id='([^']+)'", line)
+    return found.group(1) if found else None
+
+
 class StaleWorkerDrain(Scenario[StaleFacts]):
     name = "stale_worker_drain"
     title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
@@ -131,9 +144,12 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         send_after_s: float = 6.2,
         late_sleep_s: float = 8.0,
     ) -> None:
+        if not 1 <= stale <= CONNS_PER_ATTEMPT:
+            raise HarnessError(f"stale must be 1 to {CONNS_PER_ATTEMPT} connections, not {stale}")
         self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
         self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
 
+    prime_retry_s = 2.0  # between attempts to prime on a worker that knows both replicas
     # Node settings on top of ENV.
     extra_env: dict[str, str] = {}
 
@@ -166,8 +182,7 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         return history
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[StaleFacts]:
-        stops = logged(history, "head", STOPPING)
-        per_event, offsets = self._per_event(history, stops)
+        per_event, offsets, completed = self._per_event(history)
         facts = StaleFacts(
             failed_per_event=per_event,
             late_sent_at=[f"{o:.2f} s" if o is not None else "?" for o in offsets],
@@ -175,14 +190,15 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
                 sum(1 for error in e.detail["value"]["done"] if error)
                 for e in history.observed(PINS)
             ],
+            stopping_completed=completed,
+            reopened=[e.detail["value"] for e in history.observed(REOPENED)],
             shutdowns=shutdowns_counted(config, history),
         )
         return ImageRun(config.label, history, facts, config)
 
     async def _event(self, cluster: RayCluster, history: History, number: int) -> None:
         host, port, base = cluster.head.ip, cluster.serve_port, number * 1000
-        stale = [HTTPConnection(host, port, base + i) for i in range(self.stale)]
-        await asyncio.gather(*(send(history, c, "/", "prime", 10) for c in stale))
+        stale = await self._prime(history, host, port, base)
         # Pins are not judged as requests: they outlive the force-kill on every
         # version by design. Their outcome is kept as an observation.
         pin_conns = [HTTPConnection(host, port, base + 900 + i) for i in range(self.pins)]
@@ -211,6 +227,9 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         )
         history.add_event(Event(time.time(), "scale_down", "end", f"event {number}"))
 
+        history.observe(
+            REOPENED, sum(c.connects > 1 for c in stale), time.time(), target=f"event {number}"
+        )
         done = [p.result().error for p in pins if p.done()]
         history.observe(
             PINS,
@@ -224,22 +243,57 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         for conn in stale + controls + pin_conns:
             conn.close()
 
-    def _per_event(self, history: History, stops: list[float]):
+    async def _prime(
+        self, history: History, host: str, port: int, base: int
+    ) -> list[HTTPConnection]:
+        """Open the stale connections and send one request on each, until
+        those requests reached both replicas.
+
+        `deploy` returns when the app is RUNNING, which can be before the
+        head's HAProxy has reloaded with the replica the event just added.
+        Connections opened before that belong to a worker that knows only the
+        other replica; once stale, that worker still sends nothing to the
+        stopping one, and the event can cut no request on any version."""
+        for attempt in range(PRIME_ATTEMPTS):
+            first = base + attempt * CONNS_PER_ATTEMPT
+            conns = [HTTPConnection(host, port, first + i) for i in range(self.stale)]
+            primes = await asyncio.gather(*(send(history, c, "/", "prime", 10) for c in conns))
+            reached = {p.replica for p in primes if p.error is None}
+            if len(reached) >= 2 and all(p.error is None for p in primes):
+                return conns
+            for c in conns:
+                c.close()
+            _log.info(
+                "primes reached %s with errors %s; priming again",
+                sorted(map(str, reached)),
+                sorted({p.error for p in primes if p.error}),
+            )
+            await asyncio.sleep(self.prime_retry_s)
+        raise HarnessError(
+            f"the head's HAProxy did not route the primes to both replicas in "
+            f"{PRIME_ATTEMPTS} attempts {self.prime_retry_s:g} s apart; look at its log for reloads"
+        )
+
+    def _per_event(self, history: History):
+        """Per event: its failed stale requests, when they were sent after
+        the stop, and how many of them the stopping replica completed."""
         marks = [e for e in history.events if e.detail.get("label") == LATE_SENT]
         starts = [e.time for e in history.events if e.phase == "start"]
-        per_event, offsets = [], []
+        stopped = [
+            (e.time, _stopped_replica(e.detail["value"]))
+            for e in history.observed(LOG_LINE, "head")
+            if STOPPING in e.detail["value"]
+        ]
+        per_event, offsets, completed = [], [], []
         for index, mark in enumerate(marks):
             begin = starts[index]
             end = starts[index + 1] if index + 1 < len(starts) else float("inf")
-            failed = [
-                r
-                for r in history.requests
-                if r.kind == "stale" and r.error and begin <= r.start < end
-            ]
-            per_event.append(len(failed))
-            stop = next((s for s in stops if s >= begin - 1.0), None)
+            stale = [r for r in history.requests if r.kind == "stale" and begin <= r.start < end]
+            per_event.append(sum(1 for r in stale if r.error))
+            stop, replica = next(((t, r) for t, r in stopped if t >= begin - 1.0), (None, None))
             offsets.append(mark.time - stop if stop else None)
-        return per_event, offsets
+            completed.append(sum(1 for r in stale if not r.error and r.replica == replica))
+        return per_event, offsets, completed
 
     def expect(self, runs: dict[str, ImageRun[StaleFacts]]) -> tuple[bool, list[str]]:
         *baselines, fixed = runs.values()

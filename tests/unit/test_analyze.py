@@ -189,12 +189,16 @@ def test_facts_are_report_rows_under_their_names_in_field_order():
         failed_per_event=[3, 0],
         late_sent_at=["6.21 s", "?"],
         pins_severed=[4, 4],
+        stopping_completed=[0, 10],
+        reopened=[0, 0],
         shutdowns="0 force-killed",
     )
     assert facts.rows() == {
         "failed stale requests per event": [3, 0],
         "late requests sent at STOP +": ["6.21 s", "?"],
         "pins severed per event (expected on every version)": [4, 4],
+        "stale requests the stopping replica completed per event": [0, 10],
+        "stale connections reopened per event (0: all rode the old worker)": [0, 0],
         "replica shutdowns, as the controller counted them": "0 force-killed",
     }
     assert list(facts.rows()) == list(facts.listed())
