@@ -84,21 +84,12 @@ def test_the_target_is_judged_on_the_worst_repeat(capsys):
 def test_batches_arrive_together_on_the_relays_send_grid(
     monkeypatch, grid_s, batches_per_s, together
 ):
-    from ray.serve._private import constants
+    from ray.serve._private import replica_health_relay
 
     from harness.bench.controller_loop import batches_arriving_together
 
-    monkeypatch.setattr(constants, "PUSH_HEALTH_RELAY_SEND_GRID_S", grid_s, raising=False)
+    monkeypatch.setattr(replica_health_relay, "PUSH_HEALTH_RELAY_SEND_GRID_S", grid_s)
     assert batches_arriving_together(batches_per_s) == together
-
-
-def test_without_a_send_grid_batches_arrive_one_at_a_time(monkeypatch):
-    from ray.serve._private import constants
-
-    from harness.bench.controller_loop import batches_arriving_together
-
-    monkeypatch.delattr(constants, "PUSH_HEALTH_RELAY_SEND_GRID_S", raising=False)
-    assert batches_arriving_together(25.0) == 1
 
 
 def test_the_table_says_how_many_batches_arrived_at_once(capsys):
