@@ -176,11 +176,11 @@ def send_step_s() -> float | None:
     every k-th step, from its slot, so a slot's batches arrive together. None
     where relays send when their hold ends (no grid, or a hold under two
     steps)."""
-    from ray.serve._private.constants import PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION
-    from ray.serve._private.replica_health_relay import send_grid_steps
+    from ray.serve._private import constants
+    from ray.serve._private.replica_health_relay import _send_grid_steps
 
-    hold_s = PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * PERIOD_S
-    steps = send_grid_steps(hold_s)
+    hold_s = constants.PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * PERIOD_S
+    steps = _send_grid_steps(hold_s, constants.PUSH_HEALTH_RELAY_SEND_GRID_S)
     return None if steps == 1 else hold_s / steps
 
 

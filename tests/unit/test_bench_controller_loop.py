@@ -84,11 +84,11 @@ def test_the_target_is_judged_on_the_worst_repeat(capsys):
 def test_batches_arrive_together_on_the_relays_send_grid(
     monkeypatch, grid_s, batches_per_s, together
 ):
-    from ray.serve._private import replica_health_relay
+    from ray.serve._private import constants
 
     from harness.bench.controller_loop import batches_arriving_together
 
-    monkeypatch.setattr(replica_health_relay, "PUSH_HEALTH_RELAY_SEND_GRID_S", grid_s)
+    monkeypatch.setattr(constants, "PUSH_HEALTH_RELAY_SEND_GRID_S", grid_s)
     assert batches_arriving_together(batches_per_s) == together
 
 
