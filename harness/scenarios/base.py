@@ -458,14 +458,22 @@ def observe_log_lines(
         history.observe(LOG_LINE, line, stamp, target=target)
 
 
-def logged(history: History, target: str, needle: str, since: float = float("-inf")) -> list[float]:
-    """When the kept log lines of `target` that contain `needle` were written,
-    from `since` on, in time order."""
+def logged_lines(
+    history: History, target: str, needle: str, since: float = float("-inf")
+) -> list[tuple[float, str]]:
+    """The kept log lines of `target` that contain `needle`, from `since` on,
+    each with when it was written, in time order."""
     return [
-        e.time
+        (e.time, e.detail["value"])
         for e in history.observed(LOG_LINE, target)
         if needle in e.detail["value"] and e.time >= since
     ]
+
+
+def logged(history: History, target: str, needle: str, since: float = float("-inf")) -> list[float]:
+    """When the kept log lines of `target` that contain `needle` were written,
+    from `since` on, in time order."""
+    return [t for t, _ in logged_lines(history, target, needle, since)]
 
 
 def node_env(scenario: Scenario) -> dict[str, str]:

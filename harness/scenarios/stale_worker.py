@@ -4,8 +4,8 @@ time after the drain window, HAProxy redispatches them, and none fails.
 
 One event:
   1. open K keep-alive connections to the head node's HAProxy and send one
-     request on each, again on new ones until those reached both replicas;
-     leave them idle (they now belong to the current worker)
+     request on each, again on new ones until two attempts in a row reached
+     both replicas; leave them idle (they now belong to the current worker)
   2. start long "pin" requests on both replicas: they keep the replica that
      will stop busy, so it is still in its drain loop after the window
   3. scale 2 -> 1 replicas (a lightweight update); Serve stops one replica
@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.cluster import appconfigs
 from harness.cluster.boundary import RayCluster
@@ -35,19 +35,21 @@ from harness.cluster.cluster import METRICS_PORT, ClusterConfig
 from harness.core import log
 from harness.core.errors import HarnessError
 from harness.experiment.configs import FAST_METRICS, FORCE_KILL_COVERS_REQUEST_TIMEOUT, RunConfig
-from harness.experiment.history import Event, History
+from harness.experiment.history import Event, History, Request
 from harness.experiment.load import HTTPConnection, send
 from harness.scenarios.base import (
-    LOG_LINE,
     PATCHED,
     STOCK,
     Facts,
     ImageRun,
     Scenario,
     fact,
+    haproxy_starts,
+    logged_lines,
     observe_log_lines,
     observe_shutdown_counters,
     shutdowns_counted,
+    watch_head_haproxy,
 )
 
 _log = log.get(__name__)
@@ -55,10 +57,17 @@ _log = log.get(__name__)
 MIN_DRAINING_S = 5.0
 STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
 PINS = "pin outcomes"  # observation: each event's pins, by error class
-REOPENED = "stale connections reopened"  # observation: each event's, before or by its late request
-PRIME_ATTEMPTS = 5
-CONNS_PER_ATTEMPT = 100  # connection numbers: attempt * 100 + i; controls at 500, pins at 900
+# Observation: per event, the stale connections the client had to reopen
+# before or for its late request.
+REOPENED = "stale connections reopened"
 LATE_SENT = "late requests sent"
+# Connection numbers: event n's from n * EVENT_CONNS; within it, prime attempt
+# k's from k * CONNS_PER_ATTEMPT, then the controls', then the pins'.
+PRIME_ATTEMPTS = 5
+CONNS_PER_ATTEMPT = 100
+CONTROLS_AT = PRIME_ATTEMPTS * CONNS_PER_ATTEMPT
+PINS_AT = 900
+EVENT_CONNS = 1000
 ENV = {
     **FAST_METRICS,
     "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": f"{MIN_DRAINING_S:g}",
@@ -93,10 +102,22 @@ def _app(replicas: int, request_timeout_s: float | None = None) -> dict:
 class StaleFacts(Facts):
     failed_per_event: list[int] = fact("failed stale requests per event")
     late_sent_at: list[str] = fact("late requests sent at STOP +")  # "6.21 s", "?": no stop seen
+    # "2 at -3.10 s": two attempts, the kept one sent 3.1 s before the stop.
+    primed: list[str] = fact("prime attempts per event, the kept one sent at STOP +")
+    reloads: list[list[str]] = fact("head HAProxy reloads per event, at STOP +")
     pins_severed: list[int] = fact("pins severed per event (expected on every version)")
-    stopping_completed: list[int] = fact("stale requests the stopping replica completed per event")
-    reopened: list[int] = fact("stale connections reopened per event (0: all rode the old worker)")
+    # "?": no stop seen.
+    stopping_completed: list[int | str] = fact(
+        "stale requests the stopping replica completed per event"
+    )
+    reopened: list[int] | str = fact(
+        "stale connections reopened per event (0: every late request went out on its primed "
+        "connection)"
+    )
     shutdowns: str = fact("replica shutdowns, as the controller counted them")
+    # The events whose stale connections were not primed on a worker routing
+    # to both replicas: they tested nothing.
+    unprimed: list[int] = field(default_factory=list)
 
 
 def _wait_for_two_replicas(cluster: RayCluster, timeout_s: float = 90.0) -> None:
@@ -127,10 +148,72 @@ def _stopped_replica(line: str) -> str | None:
     return found.group(1) if found else None
 
 
+def _reached_both(primes: list[Request]) -> bool:
+    """Every prime succeeded and they were served by two replicas or more."""
+    return all(not p.error for p in primes) and len({p.replica for p in primes if p.replica}) >= 2
+
+
+def _seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f} s"
+
+
+@dataclass
+class _EventFacts:
+    failed: int  # stale requests that failed
+    late_sent_at: float | None  # from the stop; None: no stop seen
+    prime_attempts: int
+    primed_at: float | None  # the kept attempt's first prime, from the stop
+    primed_on_both: bool  # the kept attempt and the one before it reached both replicas
+    reloads_at: list[float]  # new head HAProxy processes since the last event, from the stop
+    stopping_completed: int | None  # stale requests the stopped replica served
+
+
+def _per_event(history: History) -> list[_EventFacts]:
+    """Each event's facts, from its marks, its rows (a prime's connection
+    number says its event and attempt), the controller's "Stopping Replica"
+    lines and the head's HAProxy processes."""
+    marks = [e for e in history.events if e.detail.get("label") == LATE_SENT]
+    starts = [e.time for e in history.events if e.fault == "scale_down" and e.phase == "start"]
+    ends = [e.time for e in history.events if e.fault == "scale_down" and e.phase == "end"]
+    stopped = [(t, _stopped_replica(line)) for t, line in logged_lines(history, "head", STOPPING)]
+    reloads = [t for t, _ in haproxy_starts(history)]
+    events = []
+    for number, mark in enumerate(marks):
+        begin = starts[number]
+        end = starts[number + 1] if number + 1 < len(starts) else float("inf")
+        since = ends[number - 1] if number > 0 else float("-inf")
+        until = ends[number] if number < len(ends) else float("inf")
+        stop, replica = next(((t, r) for t, r in stopped if begin - 1.0 <= t < end), (None, None))
+        stale = [r for r in history.requests if r.kind == "stale" and begin <= r.start < end]
+        attempts: dict[int, list[Request]] = {}
+        for r in history.requests:
+            if r.kind == "prime" and r.conn is not None and r.conn // EVENT_CONNS == number:
+                attempts.setdefault(r.conn % EVENT_CONNS // CONNS_PER_ATTEMPT, []).append(r)
+        tried = [attempts[k] for k in sorted(attempts)]
+        kept_at = min(p.start for p in tried[-1]) if tried else None
+        events.append(
+            _EventFacts(
+                failed=sum(1 for r in stale if r.error),
+                late_sent_at=None if stop is None else mark.time - stop,
+                prime_attempts=len(tried),
+                primed_at=None if stop is None or kept_at is None else kept_at - stop,
+                primed_on_both=len(tried) >= 2 and all(_reached_both(a) for a in tried[-2:]),
+                reloads_at=[]
+                if stop is None
+                else [t - stop for t in reloads if since < t <= until],
+                stopping_completed=None
+                if replica is None
+                else sum(1 for r in stale if not r.error and r.replica == replica),
+            )
+        )
+    return events
+
+
 class StaleWorkerDrain(Scenario[StaleFacts]):
     name = "stale_worker_drain"
     title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
     request_timeout_s: float | None = None  # http_options.request_timeout_s
+    prime_retry_s = 2.0  # between attempts to prime on a worker that routes to both replicas
     # It talks to the head's HAProxy directly and changes no node; on a
     # cluster of your own its nodes need ENV (docs/existing-cluster.md).
     needs = frozenset[str]()
@@ -144,12 +227,18 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         send_after_s: float = 6.2,
         late_sleep_s: float = 8.0,
     ) -> None:
-        if not 1 <= stale <= CONNS_PER_ATTEMPT:
-            raise HarnessError(f"stale must be 1 to {CONNS_PER_ATTEMPT} connections, not {stale}")
+        # Two stale connections at least, to reach both replicas; each
+        # count within its range of connection numbers.
+        for what, count, low, high in (
+            ("stale", stale, 2, CONNS_PER_ATTEMPT),
+            ("controls", controls, 0, PINS_AT - CONTROLS_AT),
+            ("pins", pins, 0, EVENT_CONNS - PINS_AT),
+        ):
+            if not low <= count <= high:
+                raise HarnessError(f"{what} must be {low} to {high}, not {count}")
         self.events, self.stale, self.pins, self.controls = events, stale, pins, controls
         self.send_after_s, self.late_sleep_s = send_after_s, late_sleep_s
 
-    prime_retry_s = 2.0  # between attempts to prime on a worker that knows both replicas
     # Node settings on top of ENV.
     extra_env: dict[str, str] = {}
 
@@ -168,13 +257,7 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         history = History()
         started = time.monotonic()
         with self.open_cluster(image_tag, config) as cluster:
-            for number in range(self.events):
-                cluster.deploy(_app(2, self.request_timeout_s))
-                _wait_for_two_replicas(cluster)
-                log.progress(
-                    _log, f"{self.name}: event {number + 1} of {self.events} under load", started
-                )
-                asyncio.run(self._event(cluster, history, number))
+            asyncio.run(self._events(cluster, history, started))
             observe_log_lines(history, cluster, cluster.head, [STOPPING], "head")
             if config.image.flavor != "stock":
                 # One replica stops in each event.
@@ -182,26 +265,55 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         return history
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[StaleFacts]:
-        per_event, offsets, completed = self._per_event(history)
+        events = _per_event(history)
+        reopened = [e.detail["value"] for e in history.observed(REOPENED)]
         facts = StaleFacts(
-            failed_per_event=per_event,
-            late_sent_at=[f"{o:.2f} s" if o is not None else "?" for o in offsets],
+            failed_per_event=[e.failed for e in events],
+            late_sent_at=[_seconds(e.late_sent_at) for e in events],
+            primed=[f"{e.prime_attempts} at {_seconds(e.primed_at)}" for e in events],
+            reloads=[[_seconds(t) for t in e.reloads_at] for e in events],
             pins_severed=[
                 sum(1 for error in e.detail["value"]["done"] if error)
                 for e in history.observed(PINS)
             ],
-            stopping_completed=completed,
-            reopened=[e.detail["value"] for e in history.observed(REOPENED)],
+            stopping_completed=[
+                "?" if e.stopping_completed is None else e.stopping_completed for e in events
+            ],
+            reopened=reopened if reopened else "not recorded",
             shutdowns=shutdowns_counted(config, history),
         )
-        return ImageRun(config.label, history, facts, config)
+        facts.unprimed = [number for number, e in enumerate(events) if not e.primed_on_both]
+        check = (
+            "each event's stale connections were primed on a worker routing to both replicas"
+            + (f" (not in event {', '.join(map(str, facts.unprimed))})" if facts.unprimed else ""),
+            not facts.unprimed,
+        )
+        return ImageRun(config.label, history, facts, config, checks=[check])
+
+    async def _events(self, cluster: RayCluster, history: History, started: float) -> None:
+        """Every event, with the head's HAProxy processes watched throughout:
+        when it reloaded tells whether the stale connections' worker knew the
+        replica that stopped."""
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(watch_head_haproxy(cluster, history, stop))
+        try:
+            for number in range(self.events):
+                await asyncio.to_thread(cluster.deploy, _app(2, self.request_timeout_s))
+                await asyncio.to_thread(_wait_for_two_replicas, cluster)
+                log.progress(
+                    _log, f"{self.name}: event {number + 1} of {self.events} under load", started
+                )
+                await self._event(cluster, history, number)
+        finally:
+            stop.set()
+            await watcher
 
     async def _event(self, cluster: RayCluster, history: History, number: int) -> None:
-        host, port, base = cluster.head.ip, cluster.serve_port, number * 1000
+        host, port, base = cluster.head.ip, cluster.serve_port, number * EVENT_CONNS
         stale = await self._prime(history, host, port, base)
         # Pins are not judged as requests: they outlive the force-kill on every
         # version by design. Their outcome is kept as an observation.
-        pin_conns = [HTTPConnection(host, port, base + 900 + i) for i in range(self.pins)]
+        pin_conns = [HTTPConnection(host, port, base + PINS_AT + i) for i in range(self.pins)]
         pins = [asyncio.create_task(c.get("/?sleep=40", "pin", 60)) for c in pin_conns]
         await asyncio.sleep(1.0)
 
@@ -220,7 +332,9 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
             Event(time.time(), "scale_down", "mark", f"event {number}", {"label": LATE_SENT})
         )
         path = f"/?sleep={self.late_sleep_s:g}"
-        controls = [HTTPConnection(host, port, base + 500 + i) for i in range(self.controls)]
+        controls = [
+            HTTPConnection(host, port, base + CONTROLS_AT + i) for i in range(self.controls)
+        ]
         await asyncio.gather(
             *(send(history, c, path, "stale", 30) for c in stale),
             *(send(history, c, path, "control", 30) for c in controls),
@@ -246,54 +360,48 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
     async def _prime(
         self, history: History, host: str, port: int, base: int
     ) -> list[HTTPConnection]:
-        """Open the stale connections and send one request on each, until
-        those requests reached both replicas.
+        """Open the stale connections and send one request on each: again on
+        new ones until two attempts in a row reached both replicas, and keep
+        the second's.
 
         `deploy` returns when the app is RUNNING, which can be before the
-        head's HAProxy has reloaded with the replica the event just added.
-        Connections opened before that belong to a worker that knows only the
-        other replica; once stale, that worker still sends nothing to the
-        stopping one, and the event can cut no request on any version."""
+        head's HAProxy has reloaded with the replica the event just added, and
+        scaling down stops the newest replica, that one. Connections opened
+        before the reload belong to a worker that knows only the other
+        replica; once stale, that worker sends nothing to the stopping one,
+        and the event can cut no request on any version. One attempt that
+        reached both replicas may still straddle the reload; the one after it
+        is opened on a worker that knew both. Every attempt's primes stay in
+        the history; if no two in a row reached both replicas, the last
+        attempt's connections are kept and the run's check says so."""
+        reached_before = False
         for attempt in range(PRIME_ATTEMPTS):
             first = base + attempt * CONNS_PER_ATTEMPT
             conns = [HTTPConnection(host, port, first + i) for i in range(self.stale)]
             primes = await asyncio.gather(*(send(history, c, "/", "prime", 10) for c in conns))
-            reached = {p.replica for p in primes if p.error is None}
-            if len(reached) >= 2 and all(p.error is None for p in primes):
-                return conns
+            reached = _reached_both(primes)
+            if reached and reached_before or attempt == PRIME_ATTEMPTS - 1:
+                break
+            reached_before = reached
             for c in conns:
                 c.close()
-            _log.info(
-                "primes reached %s with errors %s; priming again",
-                sorted(map(str, reached)),
+            if not reached:
+                _log.info(
+                    "primes reached %s with errors %s; priming again",
+                    sorted({p.replica for p in primes if p.replica}),
+                    sorted({p.error for p in primes if p.error}),
+                )
+                await asyncio.sleep(self.prime_retry_s)
+        if not (reached and reached_before):
+            _log.warning(
+                "the primes did not reach both replicas twice in a row in %d attempts (last: "
+                "replicas %s, errors %s); the head's HAProxy may not have reloaded, or balances "
+                "by source or URI; the event goes on and its run's check fails",
+                PRIME_ATTEMPTS,
+                sorted({p.replica for p in primes if p.replica}),
                 sorted({p.error for p in primes if p.error}),
             )
-            await asyncio.sleep(self.prime_retry_s)
-        raise HarnessError(
-            f"the head's HAProxy did not route the primes to both replicas in "
-            f"{PRIME_ATTEMPTS} attempts {self.prime_retry_s:g} s apart; look at its log for reloads"
-        )
-
-    def _per_event(self, history: History):
-        """Per event: its failed stale requests, when they were sent after
-        the stop, and how many of them the stopping replica completed."""
-        marks = [e for e in history.events if e.detail.get("label") == LATE_SENT]
-        starts = [e.time for e in history.events if e.phase == "start"]
-        stopped = [
-            (e.time, _stopped_replica(e.detail["value"]))
-            for e in history.observed(LOG_LINE, "head")
-            if STOPPING in e.detail["value"]
-        ]
-        per_event, offsets, completed = [], [], []
-        for index, mark in enumerate(marks):
-            begin = starts[index]
-            end = starts[index + 1] if index + 1 < len(starts) else float("inf")
-            stale = [r for r in history.requests if r.kind == "stale" and begin <= r.start < end]
-            per_event.append(sum(1 for r in stale if r.error))
-            stop, replica = next(((t, r) for t, r in stopped if t >= begin - 1.0), (None, None))
-            offsets.append(mark.time - stop if stop else None)
-            completed.append(sum(1 for r in stale if not r.error and r.replica == replica))
-        return per_event, offsets, completed
+        return conns
 
     def expect(self, runs: dict[str, ImageRun[StaleFacts]]) -> tuple[bool, list[str]]:
         *baselines, fixed = runs.values()
@@ -310,10 +418,23 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         assert fixed.verdict is not None  # judge_runs gave every run its verdict
         fixed_failed = fixed.verdict.failures
         ok &= fixed_failed == 0
+        by_kind = ", ".join(
+            f"{kind} {stats.failures}"
+            for kind, stats in sorted(fixed.verdict.kinds.items())
+            if stats.failures
+        )
         findings.append(
             f"{fixed.label}: {fixed_failed} failed requests in "
-            f"{len(fixed.facts.failed_per_event)} events"
+            f"{len(fixed.facts.failed_per_event)} events" + (f" ({by_kind})" if by_kind else "")
         )
+        for run in runs.values():
+            if run.facts.unprimed:
+                ok = False
+                findings.append(
+                    f"{run.label}: the stale connections of event "
+                    f"{', '.join(map(str, run.facts.unprimed))} were not primed on a worker "
+                    f"routing to both replicas, so those events tested nothing"
+                )
         if baselines and not ok and fixed_failed == 0:
             findings.append(
                 "the baseline did not fail in every event: the scenario did not "
