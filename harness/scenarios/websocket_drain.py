@@ -43,6 +43,7 @@ from harness.scenarios.base import (
     LOG_LINE,
     PATCHED,
     STOCK,
+    STOPPING,
     Facts,
     ImageRun,
     Scenario,
@@ -54,7 +55,6 @@ from harness.scenarios.base import (
 
 SESSION_S = 60.0  # longer than either event
 NODES = "replica nodes"  # observation: the ticker's replicas by container, before each event
-STOPPING = "Stopping Replica("  # the controller's log line when a replica starts stopping
 PHASES = ("drain", "preemption")
 
 

@@ -188,20 +188,20 @@ def test_facts_are_report_rows_under_their_names_in_field_order():
     facts = StaleFacts(
         failed_per_event=[3, 0],
         late_sent_at=["6.21 s", "?"],
-        primed=["2 at -3.10 s", "3 at ?"],
+        primed=["2 (-3.10 s)", "3 (?)"],
         reloads=[["-4.20 s", "0.40 s"], []],
         pins_severed=[4, 4],
         stopping_completed=[0, "?"],
         reopened=[0, 0],
         shutdowns="0 force-killed",
-        unprimed=[1],
+        unshown=["event 2: 3 stale connections were reopened"],
     )
     assert facts.rows() == {
         "failed stale requests per event": [3, 0],
         "late requests sent at STOP +": ["6.21 s", "?"],
-        "prime attempts per event, the kept one sent at STOP +": ["2 at -3.10 s", "3 at ?"],
-        "head HAProxy reloads per event, at STOP +": [["-4.20 s", "0.40 s"], []],
-        "pins severed per event (expected on every version)": [4, 4],
+        "prime attempts per event (the kept one, s from the stop)": ["2 (-3.10 s)", "3 (?)"],
+        "new head HAProxy processes per event, s from the stop": [["-4.20 s", "0.40 s"], []],
+        "pins failed per event (cut or timed out; on every version)": [4, 4],
         "stale requests the stopping replica completed per event": [0, "?"],
         "stale connections reopened per event (0: every late request went out on its primed "
         "connection)": [0, 0],

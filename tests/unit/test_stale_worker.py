@@ -9,12 +9,16 @@ import json
 import pytest
 
 from harness.core.errors import HarnessError
+from harness.experiment import checker
+from harness.experiment.configs import ImageSpec, RunConfig
 from harness.experiment.history import Event, History, Request
 from harness.scenarios.base import HEAD_PIDS, LOG_LINE
 from harness.scenarios.stale_worker import (
     CONNS_PER_ATTEMPT,
+    EVENT_CONNS,
     LATE_SENT,
     PRIME_ATTEMPTS,
+    REOPENED,
     StaleWorkerDrain,
     _per_event,
 )
@@ -46,7 +50,8 @@ async def _echo(answer):
 
 
 def _prime(answer, history: History | None = None):
-    """The kept connections' numbers and the history of priming against `answer`."""
+    """The kept connections' numbers, whether each was open when returned,
+    and the history of priming against `answer`."""
     scenario = StaleWorkerDrain(stale=STALE)
     scenario.prime_retry_s = 0.0
     history = History() if history is None else history
@@ -56,13 +61,16 @@ def _prime(answer, history: History | None = None):
         try:
             # Bounded: a _prime that retried for ever fails here, not by hanging.
             conns = await asyncio.wait_for(scenario._prime(history, "127.0.0.1", port, 1000), 20)
+            kept = [(c.number, c.is_open) for c in conns]
             for conn in conns:
                 conn.close()
-            return [c.number for c in conns]
+            return kept
         finally:
             server.close()
 
-    return asyncio.run(main()), history
+    kept = asyncio.run(main())
+    assert all(is_open for _, is_open in kept), "the kept connections must be open"
+    return [number for number, _ in kept], history
 
 
 def _attempt(k: int) -> list[int]:
@@ -84,6 +92,12 @@ def test_primes_again_while_the_worker_knows_only_one_replica():
     kept, history = _prime(lambda n: "a" if n < 2 * STALE else _both(n))
     assert kept == _attempt(3)
     assert len(history.requests) == 4 * STALE and all(r.ok for r in history.requests)
+
+
+def test_two_attempts_that_reached_both_must_be_in_a_row():
+    # Both, then only "a", then both twice: the fourth attempt is kept.
+    kept, _ = _prime(lambda n: "a" if STALE <= n < 2 * STALE else _both(n))
+    assert kept == _attempt(3)
 
 
 def test_an_attempt_with_a_failed_prime_does_not_count():
@@ -118,34 +132,52 @@ def test_counts_that_do_not_fit_their_connection_numbers_are_refused(what, count
         StaleWorkerDrain(**counts)
 
 
-def _history(*, stop_line: bool = True, attempts=("ab", "ab")) -> History:
-    """One event at t=100: primes by attempt (each letter a prime's replica),
-    the stop at 102, the late send at 105.5, a stale request to each replica,
-    the one to the stopping replica "b" cut; HAProxy reloads at 99 and 102.4."""
-    history = History()
+def _add_event(
+    history: History,
+    number: int,
+    *,
+    stop_line: bool = True,
+    attempts=("ab", "ab"),
+    reopened: int = 0,
+    reload_after_stop: bool = True,
+    cut: bool = True,
+) -> None:
+    """Event `number`, 100 s after the one before: primes at t0-1 by attempt
+    (each letter a prime's replica), the start mark at t0, the stop of
+    replica "b" at t0+2, the head's reload at t0+2.4, the late send at
+    t0+5.5 with one stale request to each replica, the one to "b" cut
+    unless not `cut`."""
+    t0, base = 100.0 + 100.0 * number, number * EVENT_CONNS
     for k, replicas in enumerate(attempts):
         for i, replica in enumerate(replicas):
-            history.requests.append(
-                Request(
-                    "prime",
-                    99.0 + k * 0.1,
-                    99.05,
-                    200,
-                    None,
-                    0 + k * CONNS_PER_ATTEMPT + i,
-                    replica,
-                    "n1",
-                )
-            )
-    history.add_event(Event(100.0, "scale_down", "start", "event 0"))
-    history.add_event(Event(105.5, "scale_down", "mark", "event 0", {"label": LATE_SENT}))
-    history.add_event(Event(120.0, "scale_down", "end", "event 0"))
-    history.requests.append(Request("stale", 105.5, 113.0, 200, None, 0, "a", "n1"))
-    history.requests.append(Request("stale", 105.5, 112.0, None, "reset", 1, None, None))
+            at = t0 - 1.0 + 0.1 * k
+            conn = base + k * CONNS_PER_ATTEMPT + i
+            history.requests.append(Request("prime", at, at + 0.05, 200, None, conn, replica))
+    history.add_event(Event(t0, "scale_down", "start", f"event {number}"))
+    history.add_event(
+        Event(t0 + 5.5, "scale_down", "mark", f"event {number}", {"label": LATE_SENT})
+    )
+    history.add_event(Event(t0 + 20.0, "scale_down", "end", f"event {number}"))
+    stale = base + 600
+    history.requests.append(Request("stale", t0 + 5.5, t0 + 13.0, 200, None, stale, "a"))
+    if cut:
+        history.requests.append(Request("stale", t0 + 5.5, t0 + 12.0, None, "reset", stale + 1))
+    else:
+        history.requests.append(Request("stale", t0 + 5.5, t0 + 13.0, 200, None, stale + 1, "b"))
     if stop_line:
-        history.observe(LOG_LINE, "Stopping Replica(id='b', deployment='Echo')", 102.0, "head")
-    for t, pids in ((90.0, [1]), (99.0, [1, 2]), (102.4, [2, 3])):
-        history.observe(HEAD_PIDS, pids, t, "head")
+        history.observe(LOG_LINE, "Stopping Replica(id='b', deployment='Echo')", t0 + 2.0, "head")
+    pids = [(t0 - 10.0, [number, number + 1])]
+    if reload_after_stop:
+        pids.append((t0 + 2.4, [number + 1, number + 2]))
+    for t, running in pids:
+        history.observe(HEAD_PIDS, running, t, "head")
+    history.observe(REOPENED, reopened, t0 + 14.0, f"event {number}")
+
+
+def _history(**event) -> History:
+    history = History()
+    history.observe(HEAD_PIDS, [0], 0.0, "head")
+    _add_event(history, 0, **event)
     return history
 
 
@@ -153,9 +185,9 @@ def test_an_events_facts_come_from_its_rows_marks_and_log_lines():
     [event] = _per_event(_history())
     assert event.failed == 1 and event.stopping_completed == 0
     assert event.late_sent_at == pytest.approx(3.5)
-    assert event.prime_attempts == 2 and event.primed_on_both
-    assert event.primed_at == pytest.approx(-2.9)
-    assert event.reloads_at == pytest.approx([-3.0, 0.4])
+    assert event.prime_attempts == 2 and event.primed_at == pytest.approx(-2.9)
+    assert event.reloads_at == pytest.approx([-12.0, 0.4])
+    assert event.unshown == []
 
 
 def test_without_its_stop_line_an_event_says_it_does_not_know():
@@ -164,6 +196,53 @@ def test_without_its_stop_line_an_event_says_it_does_not_know():
     assert event.failed == 1
 
 
-def test_one_attempt_or_a_last_one_on_one_replica_is_not_primed_on_both():
-    assert not _per_event(_history(attempts=("ab",)))[0].primed_on_both
-    assert not _per_event(_history(attempts=("ab", "ab", "aa")))[0].primed_on_both
+def test_an_event_without_its_stop_line_does_not_take_the_next_ones():
+    history = _history(stop_line=False)
+    _add_event(history, 1)
+    first, second = _per_event(history)
+    assert first.late_sent_at is None
+    assert second.late_sent_at == pytest.approx(3.5)
+
+
+@pytest.mark.parametrize(
+    ("event", "why"),
+    [
+        ({"attempts": ("ab",)}, "did not each reach both replicas"),
+        ({"attempts": ("ab", "ab", "aa")}, "did not each reach both replicas"),
+        ({"attempts": ("aa", "ab")}, "did not each reach both replicas"),
+        ({"attempts": ("ac", "ac")}, "the replica that stopped served none"),
+        ({"reopened": 3}, "3 stale connections were reopened"),
+        ({"reload_after_stop": False}, "did not reload between the stop and the late send"),
+    ],
+)
+def test_an_event_not_shown_to_reach_the_stopping_replica_says_why(event, why):
+    [facts] = _per_event(_history(**event))
+    assert any(why in reason for reason in facts.unshown), facts.unshown
+
+
+def _judged(**event):
+    scenario = StaleWorkerDrain()
+    history = _history(**event)
+    config = RunConfig(ImageSpec("2.60.0", "stock"))
+    run = scenario.judge(config, history)
+    run.verdict = checker.check(history)
+    return scenario, run
+
+
+def test_an_event_not_shown_fails_the_runs_check():
+    _, run = _judged(attempts=("ab",))
+    [(check, held)] = run.checks
+    assert not held and "event 1: its last two prime attempts" in check
+    _, run = _judged()
+    assert run.checks[0][1]
+
+
+def test_an_unshown_event_fails_the_scenario_without_blaming_a_baseline_that_reproduced():
+    scenario, stock = _judged()
+    _, patched = _judged(attempts=("ab",), cut=False)
+    assert patched.verdict.failures == 0
+    ok, findings = scenario.expect({"stock": stock, "patched": patched})
+    assert not ok
+    assert "reproduced in every event" in findings[0]
+    assert any("those events prove nothing" in f for f in findings)
+    assert not any("did not fail in every event" in f for f in findings)
