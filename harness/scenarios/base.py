@@ -249,6 +249,9 @@ def docker_only(cluster: RayCluster, who: str) -> Cluster:
 
 
 HEAD_PIDS = "head haproxy pids"  # observation: the head's HAProxy processes, when they changed
+# Observation: the watch of the head's HAProxy processes ended before it was
+# stopped (its command or stream failed); the HEAD_PIDS record stops there.
+HEAD_WATCH_ENDED = "head haproxy watch ended"
 
 
 async def watch_head_haproxy(
@@ -269,12 +272,22 @@ async def watch_head_haproxy(
             on_start(stamp)
         seen = pids
 
+    def ended() -> None:
+        if not stop.is_set():
+            history.observe(HEAD_WATCH_ENDED, None, time.time(), target="head")
+
     def read(watch) -> None:
-        for stamp, pids in watch:
-            try:
+        try:
+            for stamp, pids in watch:
                 loop.call_soon_threadsafe(changed, stamp, pids)
-            except RuntimeError:  # the run is over and its loop closed
-                return
+        except RuntimeError:  # the run is over and its loop closed
+            return
+        except Exception as exc:  # the watch failed: its record stops here
+            _log.warning("the head's HAProxy processes are no longer watched: %r", exc)
+        try:
+            loop.call_soon_threadsafe(ended)
+        except RuntimeError:
+            return
 
     watch = await asyncio.to_thread(cluster.watch_processes, cluster.head, "haproxy", every_s)
     reader = threading.Thread(target=read, args=(watch,), daemon=True, name="head-haproxy-watch")
@@ -283,6 +296,12 @@ async def watch_head_haproxy(
         await stop.wait()
     finally:
         await asyncio.to_thread(watch.stop)
+
+
+def head_watch_ended(history: History) -> float | None:
+    """When the watch of the head's HAProxy processes ended early, if it did."""
+    ended = history.observed(HEAD_WATCH_ENDED, "head")
+    return ended[0].time if ended else None
 
 
 def haproxy_starts(history: History) -> list[tuple[float, set[int]]]:

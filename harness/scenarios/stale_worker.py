@@ -10,7 +10,7 @@ One event:
      will stop busy, so it is still in its drain loop after the window
   3. scale 2 -> 1 replicas (a lightweight update); Serve stops one replica
      and reloads HAProxy, whose old worker keeps the idle connections
-  4. at STOP + ~6 s (after MIN_DRAINING = 5 s, before the force-kill at
+  4. at STOP + ~7 s (after MIN_DRAINING = 5 s, before the force-kill at
      STOP + 10 s) send a request of 8 s on every stale connection at once,
      plus fresh-connection controls
 The stale requests that the old worker sends to the stopping replica outlive
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness.cluster import appconfigs
-from harness.cluster.boundary import RayCluster, Unavailable
+from harness.cluster.boundary import RayCluster
 from harness.cluster.cluster import METRICS_PORT, ClusterConfig
 from harness.core import log
 from harness.core.errors import HarnessError
@@ -46,6 +46,7 @@ from harness.scenarios.base import (
     Scenario,
     fact,
     haproxy_starts,
+    head_watch_ended,
     logged_lines,
     observe_log_lines,
     observe_shutdown_counters,
@@ -105,7 +106,10 @@ class StaleFacts(Facts):
     late_sent_at: list[str] = fact("late requests sent at STOP +")  # "6.21 s", "?": no stop seen
     # "2 (-3.10 s)": two attempts, the kept one sent 3.1 s before the stop.
     primed: list[str] = fact("prime attempts per event (the kept one, s from the stop)")
-    reloads: list[list[str]] | str = fact("new head HAProxy processes per event, s from the stop")
+    # Per event a list, or "?" with no stop seen; "not recorded" unwatched.
+    reloads: list[list[str] | str] | str = fact(
+        "new head HAProxy processes per event, s from the stop"
+    )
     pins_severed: list[int] = fact("pins failed per event (cut or timed out; on every version)")
     # "?": no stop seen.
     stopping_completed: list[int | str] = fact(
@@ -162,22 +166,27 @@ class _EventFacts:
     late_sent_at: float | None  # from the stop; None: no stop seen
     prime_attempts: int
     primed_at: float | None  # the kept attempt's first prime, from the stop
-    reloads_at: list[float]  # new head HAProxy processes since the last event, from the stop
+    # New head HAProxy processes since the last event, from the stop; None: no stop seen.
+    reloads_at: list[float] | None
     stopping_completed: int | None  # stale requests the stopped replica served
     # Why its stale requests may never have been sent to the stopping replica
     # through a stale worker; empty when the history shows they were.
     unshown: list[str]
 
 
-def _per_event(history: History) -> list[_EventFacts]:
+def _per_event(
+    history: History, late_window_s: tuple[float, float] = (0.0, float("inf"))
+) -> list[_EventFacts]:
     """Each event's facts, from its marks, its rows (a prime's connection
     number says its event and attempt), the controller's "Stopping Replica"
-    lines, the head's HAProxy processes and the reopened connections."""
+    lines, the head's HAProxy processes and the reopened connections.
+    `late_window_s`: when, from the stop, the late requests must go."""
     marks = [e for e in history.events if e.detail.get("label") == LATE_SENT]
     starts = [e.time for e in history.events if e.fault == "scale_down" and e.phase == "start"]
     ends = [e.time for e in history.events if e.fault == "scale_down" and e.phase == "end"]
     stopped = [(t, stopped_replica(line)) for t, line in logged_lines(history, "head", STOPPING)]
     watched = bool(history.observed(HEAD_PIDS, "head"))
+    watch_ended = head_watch_ended(history)
     reloads = [t for t, _ in haproxy_starts(history)]
     reopened = {e.target: e.detail["value"] for e in history.observed(REOPENED)}
     events = []
@@ -186,9 +195,9 @@ def _per_event(history: History) -> list[_EventFacts]:
         end = starts[number + 1] if number + 1 < len(starts) else float("inf")
         since = ends[number - 1] if number > 0 else float("-inf")
         until = ends[number] if number < len(ends) else float("inf")
-        # The stop line can be stamped just before the start mark: the mark is
-        # written when the scale-down is sent, and the controller may act on
-        # it before the client's clock reads the time.
+        # The start mark is read before the scale-down is sent, so on one
+        # clock the stop line comes after it; the second allows for a head
+        # whose clock is behind the client's (a cluster of your own).
         stop, replica = next(((t, r) for t, r in stopped if begin - 1.0 <= t < end), (None, None))
         stale = [r for r in history.requests if r.kind == "stale" and begin <= r.start < end]
         attempts: dict[int, list[Request]] = {}
@@ -196,26 +205,42 @@ def _per_event(history: History) -> list[_EventFacts]:
             if r.kind == "prime" and r.conn is not None and r.conn // EVENT_CONNS == number:
                 attempts.setdefault(r.conn % EVENT_CONNS // CONNS_PER_ATTEMPT, []).append(r)
         tried = [attempts[k] for k in sorted(attempts)]
+        kept = tried[-1] if tried else []
+        in_window = [t for t in reloads if since < t <= until]
         unshown = []
         if len(tried) < 2 or not all(_reached_both(a) for a in tried[-2:]):
             unshown.append("its last two prime attempts did not each reach both replicas")
-        elif replica is not None and replica not in _served_by(tried[-1]):
-            unshown.append("the replica that stopped served none of its kept primes")
         if reopened.get(f"event {number}"):
             unshown.append(f"{reopened[f'event {number}']} stale connections were reopened")
-        if watched and stop is not None and not any(stop - 1.0 < t <= mark.time for t in reloads):
-            unshown.append("the head's HAProxy did not reload between the stop and the late send")
+        if stop is None:
+            unshown.append("no Stopping Replica line: which replica stopped, and when, is unknown")
+        else:
+            if kept and replica not in _served_by(kept):
+                unshown.append("the replica that stopped served none of its kept primes")
+            low, high = late_window_s
+            if not low <= mark.time - stop < high:
+                unshown.append(
+                    f"the late requests went at STOP + {mark.time - stop:.2f} s, not in "
+                    f"{low:g}-{high:g} s"
+                )
+            # What makes the kept connections stale is a new process after
+            # their primes were answered.
+            primed = max(p.end for p in kept) if kept else stop - 1.0
+            if not watched:
+                unshown.append("the head's HAProxy processes were not recorded")
+            elif watch_ended is not None and watch_ended < mark.time:
+                unshown.append("the head's HAProxy processes were not watched to the late send")
+            elif not any(max(stop - 1.0, primed) < t <= mark.time for t in reloads):
+                unshown.append(
+                    "the head's HAProxy did not reload between the stop and the late send"
+                )
         events.append(
             _EventFacts(
                 failed=sum(1 for r in stale if r.error),
                 late_sent_at=None if stop is None else mark.time - stop,
                 prime_attempts=len(tried),
-                primed_at=None
-                if stop is None or not tried
-                else min(p.start for p in tried[-1]) - stop,
-                reloads_at=[]
-                if stop is None
-                else [t - stop for t in reloads if since < t <= until],
+                primed_at=None if stop is None or not kept else min(p.start for p in kept) - stop,
+                reloads_at=None if stop is None else [t - stop for t in in_window],
                 stopping_completed=None
                 if replica is None
                 else sum(1 for r in stale if not r.error and r.replica == replica),
@@ -235,6 +260,9 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
     title = "Stale HAProxy worker routing to a draining replica (the two-phase drain)"
     request_timeout_s: float | None = None  # http_options.request_timeout_s
     prime_retry_s = 2.0  # between attempts to prime on a worker that routes to both replicas
+    # When, from the stop, the late requests must go: after the drain window,
+    # before the force-kill at STOP + graceful_shutdown_timeout_s.
+    late_window_s = (MIN_DRAINING_S, MIN_DRAINING_S + 5)
     # It talks to the head's HAProxy directly and changes no node; on a
     # cluster of your own its nodes need ENV (docs/existing-cluster.md).
     needs = frozenset[str]()
@@ -286,14 +314,16 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
         return history
 
     def judge(self, config: RunConfig, history: History) -> ImageRun[StaleFacts]:
-        events = _per_event(history)
+        events = _per_event(history, self.late_window_s)
         reopened = [e.detail["value"] for e in history.observed(REOPENED)]
         watched = bool(history.observed(HEAD_PIDS, "head"))
         facts = StaleFacts(
             failed_per_event=[e.failed for e in events],
             late_sent_at=[_seconds(e.late_sent_at) for e in events],
             primed=[f"{e.prime_attempts} ({_seconds(e.primed_at)})" for e in events],
-            reloads=[[_seconds(t) for t in e.reloads_at] for e in events]
+            reloads=[
+                "?" if e.reloads_at is None else [_seconds(t) for t in e.reloads_at] for e in events
+            ]
             if watched
             else "not recorded",
             pins_severed=[
@@ -337,8 +367,8 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
             stop.set()
             try:
                 await watcher
-            except Unavailable as exc:  # its record so far is kept; the judge says what is missing
-                _log.warning("the head's HAProxy processes were not watched to the end: %s", exc)
+            except Exception as exc:  # the record so far is kept; the judge says what is missing
+                _log.warning("the head's HAProxy processes were not watched: %r", exc)
 
     async def _event(self, cluster: RayCluster, history: History, number: int) -> None:
         host, port, base = cluster.head.ip, cluster.serve_port, number * EVENT_CONNS
@@ -487,6 +517,7 @@ class DrainWindowAdmission(StaleWorkerDrain):
     name = "drain_window_admission"
     title = "Long requests admitted inside the drain window (ordering E)"
     request_timeout_s = 15.0
+    late_window_s = (0.0, MIN_DRAINING_S)  # inside the drain window
     extra_env = FORCE_KILL_COVERS_REQUEST_TIMEOUT
 
     def __init__(

@@ -12,13 +12,14 @@ from harness.core.errors import HarnessError
 from harness.experiment import checker
 from harness.experiment.configs import ImageSpec, RunConfig
 from harness.experiment.history import Event, History, Request
-from harness.scenarios.base import HEAD_PIDS, LOG_LINE
+from harness.scenarios.base import HEAD_PIDS, HEAD_WATCH_ENDED, LOG_LINE
 from harness.scenarios.stale_worker import (
     CONNS_PER_ATTEMPT,
     EVENT_CONNS,
     LATE_SENT,
     PRIME_ATTEMPTS,
     REOPENED,
+    DrainWindowAdmission,
     StaleWorkerDrain,
     _per_event,
 )
@@ -136,17 +137,17 @@ def _add_event(
     history: History,
     number: int,
     *,
-    stop_line: bool = True,
     attempts=("ab", "ab"),
+    stop_at: float | None = 2.0,
+    reload_at: float | None = 2.4,
     reopened: int = 0,
-    reload_after_stop: bool = True,
     cut: bool = True,
 ) -> None:
-    """Event `number`, 100 s after the one before: primes at t0-1 by attempt
-    (each letter a prime's replica), the start mark at t0, the stop of
-    replica "b" at t0+2, the head's reload at t0+2.4, the late send at
-    t0+5.5 with one stale request to each replica, the one to "b" cut
-    unless not `cut`."""
+    """Event `number`, 100 s after the one before, from t0: primes at t0-1
+    by attempt, 0.1 s apart (each letter a prime's replica), the start mark
+    at t0, replica "b" stopping at t0+`stop_at`, the head's HAProxy
+    reloading at t0+`reload_at`, the late send at t0+5.5 with one stale
+    request to each replica, the one to "b" cut unless not `cut`."""
     t0, base = 100.0 + 100.0 * number, number * EVENT_CONNS
     for k, replicas in enumerate(attempts):
         for i, replica in enumerate(replicas):
@@ -164,21 +165,24 @@ def _add_event(
         history.requests.append(Request("stale", t0 + 5.5, t0 + 12.0, None, "reset", stale + 1))
     else:
         history.requests.append(Request("stale", t0 + 5.5, t0 + 13.0, 200, None, stale + 1, "b"))
-    if stop_line:
-        history.observe(LOG_LINE, "Stopping Replica(id='b', deployment='Echo')", t0 + 2.0, "head")
-    pids = [(t0 - 10.0, [number, number + 1])]
-    if reload_after_stop:
-        pids.append((t0 + 2.4, [number + 1, number + 2]))
-    for t, running in pids:
-        history.observe(HEAD_PIDS, running, t, "head")
+    if stop_at is not None:
+        line = "Stopping Replica(id='b', deployment='Echo')"
+        history.observe(LOG_LINE, line, t0 + stop_at, "head")
+    history.observe(HEAD_PIDS, [number, number + 1], t0 - 10.0, "head")
+    if reload_at is not None:
+        history.observe(HEAD_PIDS, [number + 1, number + 2], t0 + reload_at, "head")
     history.observe(REOPENED, reopened, t0 + 14.0, f"event {number}")
 
 
 def _history(**event) -> History:
     history = History()
-    history.observe(HEAD_PIDS, [0], 0.0, "head")
     _add_event(history, 0, **event)
     return history
+
+
+def _unshown(history: History, late_window_s=(0.0, 5.0)) -> list[str]:
+    [event] = _per_event(history, late_window_s)
+    return event.unshown
 
 
 def test_an_events_facts_come_from_its_rows_marks_and_log_lines():
@@ -186,22 +190,31 @@ def test_an_events_facts_come_from_its_rows_marks_and_log_lines():
     assert event.failed == 1 and event.stopping_completed == 0
     assert event.late_sent_at == pytest.approx(3.5)
     assert event.prime_attempts == 2 and event.primed_at == pytest.approx(-2.9)
-    assert event.reloads_at == pytest.approx([-12.0, 0.4])
+    assert event.reloads_at == pytest.approx([0.4])
     assert event.unshown == []
 
 
 def test_without_its_stop_line_an_event_says_it_does_not_know():
-    [event] = _per_event(_history(stop_line=False))
+    history = _history(stop_at=None)
+    [event] = _per_event(history)
     assert event.late_sent_at is None and event.stopping_completed is None
-    assert event.failed == 1
+    assert event.reloads_at is None and event.failed == 1
+    assert any("no Stopping Replica line" in why for why in _unshown(history))
 
 
 def test_an_event_without_its_stop_line_does_not_take_the_next_ones():
-    history = _history(stop_line=False)
+    history = _history(stop_at=None)
     _add_event(history, 1)
     first, second = _per_event(history)
     assert first.late_sent_at is None
     assert second.late_sent_at == pytest.approx(3.5)
+
+
+def test_a_stop_well_before_the_events_start_is_not_its_stop():
+    history = _history()
+    history.observe(LOG_LINE, "Stopping Replica(id='c', deployment='Echo')", 97.0, "head")
+    [event] = _per_event(history)
+    assert event.late_sent_at == pytest.approx(3.5)
 
 
 @pytest.mark.parametrize(
@@ -210,21 +223,39 @@ def test_an_event_without_its_stop_line_does_not_take_the_next_ones():
         ({"attempts": ("ab",)}, "did not each reach both replicas"),
         ({"attempts": ("ab", "ab", "aa")}, "did not each reach both replicas"),
         ({"attempts": ("aa", "ab")}, "did not each reach both replicas"),
-        ({"attempts": ("ac", "ac")}, "the replica that stopped served none"),
+        ({"attempts": ("ab", "ab", "ac")}, "the replica that stopped served none"),
         ({"reopened": 3}, "3 stale connections were reopened"),
-        ({"reload_after_stop": False}, "did not reload between the stop and the late send"),
+        ({"reload_at": None}, "did not reload between the stop and the late send"),
+        ({"reload_at": 6.0}, "did not reload between the stop and the late send"),
+        # Stamped a little before the start (a head's clock behind), the stop
+        # does not make a reload during the kept primes count.
+        ({"stop_at": -0.5, "reload_at": -0.88}, "did not reload between the stop"),
     ],
 )
 def test_an_event_not_shown_to_reach_the_stopping_replica_says_why(event, why):
-    [facts] = _per_event(_history(**event))
-    assert any(why in reason for reason in facts.unshown), facts.unshown
+    assert any(why in reason for reason in _unshown(_history(**event))), why
+
+
+def test_late_requests_outside_the_scenarios_window_are_not_shown():
+    assert any("not in 5-10 s" in why for why in _unshown(_history(), (5.0, 10.0)))
+
+
+def test_without_a_record_of_the_heads_haproxy_nothing_is_shown_about_its_reloads():
+    history = _history()
+    history.events = [e for e in history.events if e.fault != HEAD_PIDS]
+    assert "the head's HAProxy processes were not recorded" in _unshown(history)
+
+
+def test_a_watch_that_ended_before_the_late_send_is_not_taken_for_no_reload():
+    history = _history()
+    history.observe(HEAD_WATCH_ENDED, None, 101.0, "head")
+    assert "the head's HAProxy processes were not watched to the late send" in _unshown(history)
 
 
 def _judged(**event):
-    scenario = StaleWorkerDrain()
+    scenario = DrainWindowAdmission()
     history = _history(**event)
-    config = RunConfig(ImageSpec("2.60.0", "stock"))
-    run = scenario.judge(config, history)
+    run = scenario.judge(RunConfig(ImageSpec("2.60.0", "stock")), history)
     run.verdict = checker.check(history)
     return scenario, run
 
