@@ -276,18 +276,22 @@ async def watch_head_haproxy(
         if not stop.is_set():
             history.observe(HEAD_WATCH_ENDED, None, time.time(), target="head")
 
+    def post(callback, *args) -> bool:
+        """Hand `callback` to the run's loop; False once that loop has closed."""
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:
+            return False
+        return True
+
     def read(watch) -> None:
         try:
             for stamp, pids in watch:
-                loop.call_soon_threadsafe(changed, stamp, pids)
-        except RuntimeError:  # the run is over and its loop closed
-            return
+                if not post(changed, stamp, pids):
+                    return  # the run is over
         except Exception as exc:  # the watch failed: its record stops here
             _log.warning("the head's HAProxy processes are no longer watched: %r", exc)
-        try:
-            loop.call_soon_threadsafe(ended)
-        except RuntimeError:
-            return
+        post(ended)
 
     watch = await asyncio.to_thread(cluster.watch_processes, cluster.head, "haproxy", every_s)
     reader = threading.Thread(target=read, args=(watch,), daemon=True, name="head-haproxy-watch")

@@ -174,6 +174,12 @@ class _EventFacts:
     unshown: list[str]
 
 
+# The controller tells the proxies of the smaller replica set and logs the
+# stop in either order, so the reload that retires the stopping replica can
+# be stamped a little before its "Stopping Replica" line.
+_RELOAD_BEFORE_STOP_S = 1.0
+
+
 def _per_event(
     history: History, late_window_s: tuple[float, float] = (0.0, float("inf"))
 ) -> list[_EventFacts]:
@@ -224,13 +230,14 @@ def _per_event(
                     f"{low:g}-{high:g} s"
                 )
             # What makes the kept connections stale is a new process after
-            # their primes were answered.
-            primed = max(p.end for p in kept) if kept else stop - 1.0
+            # their primes were answered and about when the replica stopped.
+            opens = max(stop - _RELOAD_BEFORE_STOP_S, max((p.end for p in kept), default=stop))
+            reloaded = any(opens < t <= mark.time for t in reloads)
             if not watched:
                 unshown.append("the head's HAProxy processes were not recorded")
-            elif watch_ended is not None and watch_ended < mark.time:
+            elif not reloaded and watch_ended is not None and watch_ended < mark.time:
                 unshown.append("the head's HAProxy processes were not watched to the late send")
-            elif not any(max(stop - 1.0, primed) < t <= mark.time for t in reloads):
+            elif not reloaded:
                 unshown.append(
                     "the head's HAProxy did not reload between the stop and the late send"
                 )

@@ -247,9 +247,36 @@ def test_without_a_record_of_the_heads_haproxy_nothing_is_shown_about_its_reload
 
 
 def test_a_watch_that_ended_before_the_late_send_is_not_taken_for_no_reload():
-    history = _history()
+    history = _history(reload_at=None)
     history.observe(HEAD_WATCH_ENDED, None, 101.0, "head")
-    assert "the head's HAProxy processes were not watched to the late send" in _unshown(history)
+    assert _unshown(history) == ["the head's HAProxy processes were not watched to the late send"]
+
+
+def test_a_watch_that_ended_after_recording_the_reload_shows_it():
+    history = _history()
+    history.observe(HEAD_WATCH_ENDED, None, 103.0, "head")
+    assert _unshown(history) == []
+
+
+def test_late_requests_after_the_window_are_not_shown():
+    assert any("not in 0-3 s" in why for why in _unshown(_history(), (0.0, 3.0)))
+
+
+def test_a_reload_after_the_kept_primes_but_well_before_the_stop_does_not_count():
+    assert any("did not reload" in why for why in _unshown(_history(reload_at=0.5)))
+
+
+def test_each_scenario_checks_the_late_send_against_its_own_window():
+    # Sent 3.5 s after the stop: inside the drain window, as drain_window_admission
+    # wants, and too early for stale_worker_drain.
+    for scenario, shown in ((DrainWindowAdmission(), True), (StaleWorkerDrain(), False)):
+        run = scenario.judge(RunConfig(ImageSpec("2.60.0", "stock")), _history())
+        assert run.checks[0][1] is shown, scenario.name
+
+
+def test_with_no_stop_line_its_reloads_read_unknown():
+    _, run = _judged(stop_at=None)
+    assert run.facts.reloads == ["?"]
 
 
 def _judged(**event):
