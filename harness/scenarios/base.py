@@ -290,7 +290,8 @@ async def watch_head_haproxy(
                 if not post(changed, stamp, pids):
                     return  # the run is over
         except Exception as exc:  # the watch failed: its record stops here
-            _log.warning("the head's HAProxy processes are no longer watched: %r", exc)
+            if not stop.is_set():
+                _log.warning("the head's HAProxy processes are no longer watched: %r", exc)
         post(ended)
 
     watch = await asyncio.to_thread(cluster.watch_processes, cluster.head, "haproxy", every_s)

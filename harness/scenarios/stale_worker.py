@@ -174,12 +174,6 @@ class _EventFacts:
     unshown: list[str]
 
 
-# The controller tells the proxies of the smaller replica set and logs the
-# stop in either order, so the reload that retires the stopping replica can
-# be stamped a little before its "Stopping Replica" line.
-_RELOAD_BEFORE_STOP_S = 1.0
-
-
 def _per_event(
     history: History, late_window_s: tuple[float, float] = (0.0, float("inf"))
 ) -> list[_EventFacts]:
@@ -230,8 +224,12 @@ def _per_event(
                     f"{low:g}-{high:g} s"
                 )
             # What makes the kept connections stale is a new process after
-            # their primes were answered and about when the replica stopped.
-            opens = max(stop - _RELOAD_BEFORE_STOP_S, max((p.end for p in kept), default=stop))
+            # the stop and after their primes were answered. The controller
+            # logs the stop before it hands the proxies the smaller replica
+            # set, and the watch stamps a new process when it sees it, on the
+            # head's clock too, so the reload that retires the replica comes
+            # after the stop line.
+            opens = max([stop, *(p.end for p in kept)])
             reloaded = any(opens < t <= mark.time for t in reloads)
             if not watched:
                 unshown.append("the head's HAProxy processes were not recorded")
