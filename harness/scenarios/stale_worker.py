@@ -110,7 +110,7 @@ class StaleFacts(Facts):
     reloads: list[list[str] | str] | str = fact(
         "new head HAProxy processes per event, s from the stop"
     )
-    pins_severed: list[int] = fact("pins failed per event (cut or timed out; on every version)")
+    pins_failed: list[int] = fact("pins failed per event (cut or timed out; on every version)")
     # "?": no stop seen.
     stopping_completed: list[int | str] = fact(
         "stale requests the stopping replica completed per event"
@@ -331,7 +331,7 @@ class StaleWorkerDrain(Scenario[StaleFacts]):
             ]
             if watched
             else "not recorded",
-            pins_severed=[
+            pins_failed=[
                 sum(1 for error in e.detail["value"]["done"] if error)
                 for e in history.observed(PINS)
             ],

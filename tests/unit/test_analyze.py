@@ -190,7 +190,7 @@ def test_facts_are_report_rows_under_their_names_in_field_order():
         late_sent_at=["6.21 s", "?"],
         primed=["2 (-3.10 s)", "3 (?)"],
         reloads=[["-4.20 s", "0.40 s"], []],
-        pins_severed=[4, 4],
+        pins_failed=[4, 4],
         stopping_completed=[0, "?"],
         reopened=[0, 0],
         shutdowns="0 force-killed",
