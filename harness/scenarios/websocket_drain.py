@@ -48,7 +48,6 @@ from harness.scenarios.base import (
     ImageRun,
     Scenario,
     haproxy_starts,
-    head_watch_ended,
     observe_log_lines,
     watch_head_haproxy,
     with_runtime_servers,
@@ -65,9 +64,7 @@ class PhaseFacts:
 
     # "via, whose replica: how it ended" -> "N at +first..+last s" after the event
     ended: dict[str, str]
-    # The head's first HAProxy reload after the event: "+2.1 s", "none", or
-    # "not watched after +1.0 s" when the watch ended first.
-    first_reload: str
+    first_reload: str  # the head's first HAProxy reload after the event, "+2.1 s" or "none"
     replicas_by_worker: dict[str, int]  # the ticker's replicas per worker before it
 
 
@@ -187,7 +184,6 @@ class WebSocketDrain(Scenario[WebSocketFacts]):
             "preemption": next(e.time for e in history.events if e.fault == "spot_preemption"),
         }
         reloads = [t for t, _ in haproxy_starts(history)]
-        watch_ended = head_watch_ended(history)
         for phase in PHASES:
             t0 = starts[phase]
             # Every row is a session's, numbered by websocket_session.
@@ -208,11 +204,7 @@ class WebSocketDrain(Scenario[WebSocketFacts]):
                     key: f"{len(times)} at +{min(times):.1f}..+{max(times):.1f} s"
                     for key, times in sorted(ended.items())
                 },
-                first_reload=f"+{first_reload - t0:.1f} s"
-                if first_reload
-                else "none"
-                if watch_ended is None
-                else f"not watched after {watch_ended - t0:+.1f} s",
+                first_reload=f"+{first_reload - t0:.1f} s" if first_reload else "none",
                 replicas_by_worker=history.observed(NODES, phase)[0].detail["value"],
             )
         return run
