@@ -20,11 +20,11 @@ millisecond.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import time
 
 from harness.cluster import appconfigs, images
+from harness.cluster.boundary import STOPPING, logged_replica_id
 from harness.cluster.cluster import Cluster, ClusterConfig
 from harness.core.errors import HarnessError
 from harness.core.paths import RESULTS_DIR
@@ -39,8 +39,7 @@ ROUNDS = 8
 # For the estimate of the time left only, a guess the pace corrects: a round
 # is a replica drained (MIN_DRAINING_S) and stopped, then one started.
 ROUND_S = 10.0
-STOPPING, STOPPED = "Stopping Replica(", " is stopped."
-_REPLICA = re.compile(r"Replica\(id='([^']+)'")
+STOPPED = " is stopped."
 
 
 def _app(replicas: int) -> dict:
@@ -70,13 +69,13 @@ def stop_durations(lines: list[tuple[float, str]]) -> list[float]:
     began: dict[str, float] = {}
     ended: dict[str, float] = {}
     for at, line in lines:
-        match = _REPLICA.search(line)
-        if match is None:
+        replica = logged_replica_id(line)
+        if replica is None:
             continue
         if STOPPING in line:
-            began.setdefault(match.group(1), at)
+            began.setdefault(replica, at)
         elif STOPPED in line:
-            ended.setdefault(match.group(1), at)
+            ended.setdefault(replica, at)
     return [ended[r] - at for r, at in sorted(began.items(), key=lambda kv: kv[1]) if r in ended]
 
 

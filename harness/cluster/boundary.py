@@ -263,6 +263,16 @@ class RayCluster(ABC):
 
 
 _LOG_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
+# The Serve controller's log line when it starts stopping a replica.
+STOPPING = "Stopping Replica("
+_REPLICA_ID = re.compile(r"Replica\(id='([^']+)'")
+
+
+def logged_replica_id(line: str) -> str | None:
+    """The id of the replica a Serve controller log line names
+    ("Replica(id='...'"), if it names one."""
+    found = _REPLICA_ID.search(line)
+    return found.group(1) if found else None
 
 
 @dataclass

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import re
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -481,16 +480,6 @@ def observe_log_lines(
         return
     for stamp, line in lines:
         history.observe(LOG_LINE, line, stamp, target=target)
-
-
-# The controller's log line when a replica starts stopping.
-STOPPING = "Stopping Replica("
-
-
-def stopped_replica(line: str) -> str | None:
-    """The replica id in the controller's "Stopping Replica(id='...'" line."""
-    found = re.search(r"Replica\(id='([^']+)'", line)
-    return found.group(1) if found else None
 
 
 def logged_lines(

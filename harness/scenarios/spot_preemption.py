@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from harness.cluster import appconfigs
-from harness.cluster.boundary import Node, RayCluster
+from harness.cluster.boundary import STOPPING, Node, RayCluster
 from harness.cluster.cluster import METRICS_PORT, ClusterConfig
 from harness.experiment.configs import FAST_HAPROXY_METRICS, RunConfig
 from harness.experiment.history import History
@@ -55,7 +55,7 @@ TAIL_S = 8.0  # load after the node is gone
 # (timeline row, node whose Serve logs hold it, text in the log line)
 LOG_ROWS = [
     ("controller: replicas on the node marked for migration", "head", "Migrating "),
-    ("controller: first replica on the node STOPPING", "head", "Stopping Replica("),
+    ("controller: first replica on the node STOPPING", "head", STOPPING),
     ("replica: phase 1, reachable for MIN_DRAINING", "target", "Draining: staying reachable"),
     ("replica: listener closed (phase 2)", "target", "closing the direct ingress HTTP listener"),
     ("replica: graceful shutdown complete", "target", "Graceful shutdown complete"),

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from harness.cluster import appconfigs
-from harness.cluster.boundary import RayCluster
+from harness.cluster.boundary import STOPPING, RayCluster, logged_replica_id
 from harness.cluster.cluster import METRICS_PORT, ClusterConfig
 from harness.core import log
 from harness.core.errors import HarnessError
@@ -40,7 +40,6 @@ from harness.scenarios.base import (
     HEAD_PIDS,
     PATCHED,
     STOCK,
-    STOPPING,
     Facts,
     ImageRun,
     Scenario,
@@ -51,7 +50,6 @@ from harness.scenarios.base import (
     observe_log_lines,
     observe_shutdown_counters,
     shutdowns_counted,
-    stopped_replica,
     watch_head_haproxy,
 )
 
@@ -184,7 +182,7 @@ def _per_event(
     marks = [e for e in history.events if e.detail.get("label") == LATE_SENT]
     starts = [e.time for e in history.events if e.fault == "scale_down" and e.phase == "start"]
     ends = [e.time for e in history.events if e.fault == "scale_down" and e.phase == "end"]
-    stopped = [(t, stopped_replica(line)) for t, line in logged_lines(history, "head", STOPPING)]
+    stopped = [(t, logged_replica_id(line)) for t, line in logged_lines(history, "head", STOPPING)]
     watched = bool(history.observed(HEAD_PIDS, "head"))
     watch_ended = head_watch_ended(history)
     reloads = [t for t, _ in haproxy_starts(history)]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from harness.cluster import appconfigs, images
 from harness.cluster.apps.ticker import TICK_INTERVAL_S
+from harness.cluster.boundary import STOPPING
 from harness.cluster.cluster import SERVE_PORT, Cluster, ClusterConfig
 from harness.experiment.configs import RunConfig
 from harness.experiment.history import Event, History
@@ -40,14 +41,13 @@ from harness.experiment.load import websocket_session
 from harness.experiment.nemesis import spot_preemption
 from harness.ladder.model import Ladder
 from harness.scenarios.base import (
-    LOG_LINE,
     PATCHED,
     STOCK,
-    STOPPING,
     Facts,
     ImageRun,
     Scenario,
     haproxy_starts,
+    logged_lines,
     observe_log_lines,
     watch_head_haproxy,
     with_runtime_servers,
@@ -219,9 +219,8 @@ class WebSocketDrain(Scenario[WebSocketFacts]):
                 e.time for e in history.events if e.fault == "scale_down" and e.phase == "end"
             )
             stopped = any(
-                row.replica in e.detail["value"] and e.time <= end
-                for e in history.observed(LOG_LINE, "head")
-                if STOPPING in e.detail["value"]
+                row.replica in line and t <= end
+                for t, line in logged_lines(history, "head", STOPPING)
             )
             return "replica stopped" if stopped else "replica kept"
         target = next(e.target for e in history.events if e.fault == "spot_preemption")
