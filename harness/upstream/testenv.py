@@ -1,5 +1,6 @@
-"""The patches' own tests (`python/ray/serve/tests/unit/test_*.py` in each
-patch), run against a Ray release: the test venv of that release, the run
+"""The patches' own tests (`python/ray/serve/tests/**/test_*.py` in each
+patch: unit tests, and tests that start a local Ray cluster), run against a
+Ray release: the test venv of that release, the run
 itself, and its JUnit report read back as counts per file.
 
 The test venv is installed offline from the release's wheelhouse plus pytest and
@@ -39,11 +40,12 @@ _TEST_TIMEOUT_S = 900
 
 def patch_tests(patch: Path) -> list[str]:
     """The test files a patch adds or changes, relative to site-packages
-    (`ray/serve/tests/unit/test_x.py`)."""
+    (`ray/serve/tests/unit/test_x.py`, or `ray/serve/tests/test_x.py` for a
+    test that starts a local Ray cluster)."""
     return [
         rel
         for rel in patch_paths(patch)
-        if rel.startswith("ray/serve/tests/unit/")
+        if rel.startswith("ray/serve/tests/")
         and PurePosixPath(rel).name.startswith("test_")
         and rel.endswith(".py")
     ]

@@ -36,7 +36,7 @@ from harness.upstream.evidence import load_evidence
 from harness.upstream.prbody import pr_body
 from harness.upstream.rebase import rebase_check
 from harness.upstream.stacks import check_stacks
-from harness.upstream.testenv import TestEnv, run_tests
+from harness.upstream.testenv import TestEnv, patch_tests, run_tests
 
 TEST_ONE = "ray/serve/tests/unit/test_drain.py"
 TEST_TWO = "ray/serve/tests/unit/test_router.py"
@@ -716,3 +716,25 @@ def test_the_stacks_table_keeps_its_columns_apart_for_a_long_stack() -> None:
     # Each row's "alone" cell sits under the header's.
     assert row[header.index("alone") :].startswith("yes")
     assert ", ".join(long_stack) + "  " in row
+
+
+def test_a_patchs_own_tests_are_its_test_files_under_serve_tests(tmp_path):
+    # Unit tests and the tests that start a local cluster; not a conftest, not
+    # a test of another package.
+    def diff(path: str) -> str:
+        return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
+
+    patch = tmp_path / "0001-Serve-Change.patch"
+    patch.write_text(
+        "Subject: [Serve] Change\n\n"
+        + diff("python/ray/serve/_private/replica.py")
+        + diff("python/ray/serve/tests/unit/test_replica.py")
+        + diff("python/ray/serve/tests/test_cluster_change.py")
+        + diff("python/ray/serve/tests/conftest.py")
+        + diff("python/ray/tests/test_core.py")
+    )
+
+    assert patch_tests(patch) == [
+        "ray/serve/tests/unit/test_replica.py",
+        "ray/serve/tests/test_cluster_change.py",
+    ]
