@@ -344,6 +344,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
     ),
     Mutation(
+        "relay exit watch made again after an error that is no exit",
+        _RELAY,
+        "                # failed): reporting an exit would drop this watch for good.\n"
+        "                outcome = repr(e)\n",
+        "                break\n",
+    ),
+    Mutation(
         "replica finds its relay again",
         _REPLICA,
         "            self._relay = None\n"
