@@ -1,5 +1,9 @@
 """`make bench-controller-loop`: the controller's deployment-state update at
 1,000 to 8,000 replicas, pull against push, on the patched Ray in .venv.
+Push runs twice: "push", each relay sending when its hold ends (the default:
+no send grid), and "push-grid", relays on a send grid of GRID_S s
+(RAY_SERVE_PUSH_HEALTH_RELAY_SEND_GRID_S), where a slot's batches arrive
+together.
 
 What runs is the controller's own code: a real `DeploymentState` in its steady
 state (HEALTHY, its target met, every replica RUNNING with a rank) holding real
@@ -29,7 +33,7 @@ import contextlib
 import math
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -45,7 +49,10 @@ PERIOD_S = 10.0  # Serve's default health_check_period_s
 # sweep keeps its cadence (set by the routing-stats period as well) and the
 # loop its other per-replica work. What is left is the loop without health.
 NO_HEALTH_PERIOD_S = 3600.0
-MODES = ("none", "pull", "push")
+MODES = ("none", "pull", "push", "push-grid")
+PUSH_MODES = ("push", "push-grid")
+# The send grid's step in "push-grid" (RAY_SERVE_PUSH_HEALTH_RELAY_SEND_GRID_S).
+GRID_S = 1.0
 LOOP_S = 0.1  # Serve's CONTROL_LOOP_INTERVAL_S
 # Three periods to settle (every replica probed, or its first report in), then
 # five measured: pull's probe cycle (a visit every half period, a probe once a
@@ -56,6 +63,11 @@ REPEATS = 3
 # probes spread over this many actors and the batches sent by this many relays.
 CALL_WINDOW_S = 4.0
 MIN_BATCHES = 60
+# ... in this many rounds of a probe window and a batch window taking turns,
+# each with its own idle baseline, and the median round kept: one window that a
+# background process or a collection landed in moved a repeat's ratio by more
+# than the margin to the target.
+CALL_ROUNDS = 3
 PROBED_ACTORS = 8
 RELAYS = 4
 # Batches that arrive together come from at most this many relays.
@@ -170,25 +182,29 @@ def _state(replicas: int, registry: Any, probes: list[int], period_s: float = PE
     return state
 
 
-def send_step_s() -> float | None:
-    """The step of the relays' send grid in the installed Ray
-    (PUSH_HEALTH_RELAY_SEND_GRID_S) for a hold of one period: a relay sends on
-    every k-th step, from its slot, so a slot's batches arrive together. None
-    where relays send when their hold ends (no grid, or a hold under two
-    steps)."""
+def mode_grid_s(mode: str) -> float:
+    """The relays' send grid in a push mode: GRID_S in "push-grid", else none."""
+    return GRID_S if mode == "push-grid" else 0.0
+
+
+def send_step_s(grid_s: float) -> float | None:
+    """The step of a send grid of `grid_s` for a hold of one period, as the
+    installed relay cuts it: a relay sends on every k-th step, from its slot,
+    so a slot's batches arrive together. None where relays send when their
+    hold ends (no grid, or a hold under two steps)."""
     from ray.serve._private import constants
     from ray.serve._private.replica_health_relay import _send_grid_steps
 
     hold_s = constants.PUSH_HEALTH_RELAY_HOLD_PERIOD_FRACTION * PERIOD_S
-    steps = _send_grid_steps(hold_s, constants.PUSH_HEALTH_RELAY_SEND_GRID_S)
+    steps = _send_grid_steps(hold_s, grid_s)
     return None if steps == 1 else hold_s / steps
 
 
-def batches_arriving_together(batches_per_s: float) -> int:
+def batches_arriving_together(batches_per_s: float, grid_s: float) -> int:
     """How many batches reach the controller at once: one at a time without a
     send grid, else a step's worth (the mean; the relays' slots spread the
     nodes about evenly). Nodes' clocks are taken to agree, as they do here."""
-    step_s = send_step_s()
+    step_s = send_step_s(grid_s)
     return 1 if step_s is None else max(1, round(batches_per_s * step_s))
 
 
@@ -203,7 +219,9 @@ def _send_slots(nodes: int, steps: int) -> list[int]:
     ]
 
 
-def _relay_batches(replicas: int, clock: _FakeClock) -> Iterator[list[tuple[float, bytes]]]:
+def _relay_batches(
+    replicas: int, clock: _FakeClock, grid_s: float
+) -> Iterator[list[tuple[float, bytes]]]:
     """Per control loop, the batches that arrive in it: each node's once per
     period, nodes spread evenly over the period, or on the send grid each in
     its relay's slot; every report fresh."""
@@ -214,7 +232,7 @@ def _relay_batches(replicas: int, clock: _FakeClock) -> Iterator[list[tuple[floa
         for start in range(0, replicas, REPLICAS_PER_NODE)
     ]
     loops_per_period = round(PERIOD_S / LOOP_S)
-    step_s = send_step_s()
+    step_s = send_step_s(grid_s)
     if step_s is None:
         send_loop = [index % loops_per_period for index in range(len(nodes))]
     else:
@@ -243,7 +261,7 @@ def measure_mode(replicas: int, mode: str, repeat: int = 0) -> LoopCost:
     clock = _FakeClock()
     probes = [0]
     with _faked_ray(clock):
-        registry = ReplicaHealthPushRegistry() if mode == "push" else None
+        registry = ReplicaHealthPushRegistry() if mode in PUSH_MODES else None
         state = _state(
             replicas, registry, probes, NO_HEALTH_PERIOD_S if mode == "none" else PERIOD_S
         )
@@ -253,7 +271,9 @@ def measure_mode(replicas: int, mode: str, repeat: int = 0) -> LoopCost:
             _health_reports_counter=mock.Mock(),
             _malformed_health_batch_warned_at=float("-inf"),
         )
-        batches = _relay_batches(replicas, clock) if registry is not None else None
+        batches = (
+            _relay_batches(replicas, clock, mode_grid_s(mode)) if registry is not None else None
+        )
         loops_per_period = round(PERIOD_S / LOOP_S)
         measured_from = WARMUP_PERIODS * loops_per_period
         sweep_ns = receive_ns = 0
@@ -295,7 +315,10 @@ class RayCallCosts:
     """CPU per call of a controller stand-in in a real local Ray, in seconds."""
 
     probe_s: float  # a probe sent, and its reply read once ready
-    batch_s: float  # a relay's batch received
+    batch_s: float  # a relay's batch received, batches arriving one at a time
+    # ... arriving in a send-grid slot's group ("push-grid"); None in results
+    # from before that mode.
+    batch_grid_s: float | None = None
 
 
 def measure_ray_calls(
@@ -316,10 +339,11 @@ def measure_ray_calls(
     (`check_obj_ref_ready_nowait`, then `ray.get`) and sends `probes_per_tick`
     more (`check_health.remote()`), over PROBED_ACTORS actors. Batches, as
     relays send them, together `batches_per_s`, for at least MIN_BATCHES:
+    RELAYS actors in turn so batches arrive one at a time (`batch_s`), and
     `batches_together` at once from up to MAX_RELAYS actors at every step of a
-    shared clock, as relays on a send grid do, or with 1, RELAYS actors in
-    turn so batches arrive one at a time. The stand-in's handler does
-    nothing."""
+    shared clock, as relays on a send grid do (`batch_grid_s`). The stand-in's
+    handler does nothing. CALL_ROUNDS rounds of the three windows, taking
+    turns; the median of each."""
     import ray
     from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
 
@@ -415,59 +439,80 @@ def measure_ray_calls(
         replicas = [Replica.remote() for _ in range(PROBED_ACTORS)]  # type: ignore[attr-defined]
         reports = [ReplicaHealthReport(f"r{i:06d}", 1.0, True, 0) for i in range(REPLICAS_PER_NODE)]
         batch = ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
-        # Relays in turn, one batch a slot, or all at every slot, sharing its
-        # `batches_together`.
-        alone = batches_together <= 1
-        relay_count = RELAYS if alone else min(batches_together, MAX_RELAYS)
-        relays = [Relay.remote() for _ in range(relay_count)]  # type: ignore[attr-defined]
-        slot_s = max(1, batches_together) / batches_per_s
-        shares = [
-            1 if alone else batches_together // relay_count + (i < batches_together % relay_count)
-            for i in range(relay_count)
-        ]
 
-        def send_all(window_s: float) -> int:
-            end_at = time.time() + window_s
-            return sum(
-                ray.get(
-                    [
-                        relay.send.remote(
-                            controller,
-                            batch,
-                            share,
-                            slot_s,
-                            i if alone else 0,
-                            relay_count if alone else 1,
-                            end_at,
-                        )
-                        for i, (relay, share) in enumerate(zip(relays, shares, strict=True))
-                    ]
+        def sender(together: int) -> Callable[[float], int]:
+            """Relays in turn, one batch a slot, or all at every slot, sharing
+            its `together` batches."""
+            alone = together <= 1
+            relay_count = RELAYS if alone else min(together, MAX_RELAYS)
+            relays = [Relay.remote() for _ in range(relay_count)]  # type: ignore[attr-defined]
+            slot_s = max(1, together) / batches_per_s
+            shares = [
+                1 if alone else together // relay_count + (i < together % relay_count)
+                for i in range(relay_count)
+            ]
+
+            def send_all(window_s: float) -> int:
+                end_at = time.time() + window_s
+                return sum(
+                    ray.get(
+                        [
+                            relay.send.remote(
+                                controller,
+                                batch,
+                                share,
+                                slot_s,
+                                i if alone else 0,
+                                relay_count if alone else 1,
+                                end_at,
+                            )
+                            for i, (relay, share) in enumerate(zip(relays, shares, strict=True))
+                        ]
+                    )
                 )
-            )
 
-        # Warm both paths up, then the idle baseline.
+            return send_all
+
+        senders = {"alone": sender(1), "grid": sender(batches_together)}
+        # Warm every path up.
         ray.get(controller.probe.remote(replicas, probes_per_tick, 1.0, 0.0))
-        send_all(1.0)
-        idle = ray.get(controller.idle_cpu_s_per_s.remote(2.0))
-        per_probe = ray.get(controller.probe.remote(replicas, probes_per_tick, seconds, idle))
-        ray.get(controller.start.remote())
-        # Long enough for MIN_BATCHES, so few batches a second are not lost in
-        # the idle CPU taken off.
-        sent = send_all(max(seconds, MIN_BATCHES / batches_per_s))
-        per_batch = ray.get(controller.since_start.remote(sent, idle))
+        for send_all in senders.values():
+            send_all(1.0)
+        per_probe: list[float] = []
+        per_batch: dict[str, list[float]] = {name: [] for name in senders}
+        for _ in range(CALL_ROUNDS):
+            idle = ray.get(controller.idle_cpu_s_per_s.remote(1.0))
+            per_probe.append(
+                ray.get(controller.probe.remote(replicas, probes_per_tick, seconds, idle))
+            )
+            for name, send_all in senders.items():
+                ray.get(controller.start.remote())
+                # Long enough for MIN_BATCHES over the rounds, so few batches a
+                # second are not lost in the idle CPU taken off.
+                sent = send_all(max(seconds, MIN_BATCHES / CALL_ROUNDS / batches_per_s))
+                per_batch[name].append(ray.get(controller.since_start.remote(sent, idle)))
     finally:
         ray.shutdown()
-    return RayCallCosts(probe_s=per_probe, batch_s=per_batch)
+    return RayCallCosts(
+        probe_s=statistics.median(per_probe),
+        batch_s=statistics.median(per_batch["alone"]),
+        batch_grid_s=statistics.median(per_batch["grid"]),
+    )
 
 
 def total_cpu_s_per_s(cost: LoopCost, calls: RayCallCosts) -> float:
     """The faked parts plus Ray's per-call costs: a probe's submit and reply
-    for pull, a batch's receipt for push."""
+    for pull, a batch's receipt for push (in a slot's group for push-grid)."""
+    batch_s = calls.batch_s
+    if cost.mode == "push-grid":
+        if calls.batch_grid_s is None:
+            raise ValueError("a push-grid run needs the cost of a batch in a slot's group")
+        batch_s = calls.batch_grid_s
     return (
         cost.sweep_cpu_s_per_s
         + cost.receive_cpu_s_per_s
         + cost.probes_per_s * calls.probe_s
-        + cost.batches_per_s * calls.batch_s
+        + cost.batches_per_s * batch_s
     )
 
 
@@ -500,8 +545,8 @@ def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS
 
     # The plan, in seconds: the sweep's cost grows with replicas (about 0.6 s
     # per mode per 1,000 replicas here); each call measurement starts a local
-    # Ray and runs two windows.
-    call_s = 10 + 2 * CALL_WINDOW_S
+    # Ray and runs CALL_ROUNDS rounds of an idle second and three windows.
+    call_s = 10 + CALL_ROUNDS * (1 + 3 * CALL_WINDOW_S)
     plan = repeats * sum(len(MODES) * size * 0.6 / 1000 + call_s for size in sizes)
     with Progress("bench-controller-loop", plan) as progress:
         calls, runs = [], []
@@ -519,7 +564,7 @@ def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS
                     f"repeat {repeat + 1}/{repeats}: {size} replicas, Ray's per-call costs",
                     call_s,
                 )
-                together = batches_arriving_together(by_mode["push"].batches_per_s)
+                together = batches_arriving_together(by_mode["push-grid"].batches_per_s, GRID_S)
                 cost = measure_ray_calls(
                     max(1, round(by_mode["pull"].probes_per_s * LOOP_S)),
                     by_mode["push"].batches_per_s,
@@ -547,25 +592,34 @@ def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS
 
 def print_controller_loop(result: dict) -> None:
     calls = {
-        (c["repeat"], c["replicas"]): RayCallCosts(c["probe_s"], c["batch_s"])
+        (c["repeat"], c["replicas"]): RayCallCosts(
+            c["probe_s"], c["batch_s"], c.get("batch_grid_s")
+        )
         for c in result["calls"]
     }
     runs = [LoopCost(**run) for run in result["runs"]]
     sizes = sorted({run.replicas for run in runs})
-    # Batches that arrived together in the call measurement (1 before the
-    # relays had a send grid).
+    modes = [mode for mode in MODES if any(run.mode == mode for run in runs)]
+    # Batches that arrived together in a slot's group in the call measurement.
     together = {c["replicas"]: c.get("batches_together", 1) for c in result["calls"]}
 
     def total(run: LoopCost) -> float:
         return total_cpu_s_per_s(run, calls[(run.repeat, run.replicas)])
+
+    def per_call_s(mode: str, c: RayCallCosts) -> float:
+        if mode == "push-grid":
+            return c.batch_grid_s  # type: ignore[return-value]
+        return c.batch_s if mode == "push" else c.probe_s
 
     print()
     print(
         f"The deployment-state update, CPU-s per s, health period {result['period_s']:g} s, "
         f"{result['replicas_per_node']} replicas per node; median (min-max) over repeats. "
         f"Ray's per-call costs (a controller stand-in's process CPU, at each size's pace, "
-        f"in each repeat) added. 'none': health checks an hour apart; 'health only' takes "
-        f"it off both modes of the same repeat. The target is judged on the worst repeat."
+        f"in each repeat) added. 'none': health checks an hour apart; 'push': each relay "
+        f"sends when its hold ends (the default); 'push-grid': relays on a {GRID_S:g} s send "
+        f"grid. 'health only' takes 'none' off both modes of the same repeat. The target is "
+        f"judged on the worst repeat."
     )
     print(
         "| replicas | mode | sweep (faked calls) | batches received | probes / s | "
@@ -573,39 +627,41 @@ def print_controller_loop(result: dict) -> None:
         "health only: push / pull | target |"
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    totals: dict[str, list[tuple[int, float]]] = {mode: [] for mode in MODES}
+    totals: dict[str, list[tuple[int, float]]] = {mode: [] for mode in modes}
     for size in sizes:
         by_repeat: dict[int, dict[str, float]] = {}
         for run in runs:
             if run.replicas == size:
                 by_repeat.setdefault(run.repeat, {})[run.mode] = total(run)
-        ratios = [r["push"] / r["pull"] for r in by_repeat.values()]
-        health_ratios = [
-            (r["push"] - r["none"]) / (r["pull"] - r["none"]) for r in by_repeat.values()
-        ]
-        for mode in MODES:
+        for mode in modes:
             mode_runs = [run for run in runs if run.replicas == size and run.mode == mode]
             mode_totals = [total(run) for run in mode_runs]
             totals[mode].extend((size, value) for value in mode_totals)
-            push = mode == "push"
-            per_call = [
-                (c.batch_s if push else c.probe_s) * 1e6
-                for (_, replicas), c in calls.items()
-                if replicas == size
+            push = mode in PUSH_MODES
+            ratios = [r[mode] / r["pull"] for r in by_repeat.values()] if push else []
+            health_ratios = [
+                (r[mode] - r["none"]) / (r["pull"] - r["none"]) for r in by_repeat.values()
             ]
-            verdict = f"at most {TARGET:g}: {'met' if max(ratios) <= TARGET else 'not met'}"
+            per_call = [
+                per_call_s(mode, c) * 1e6 for (_, replicas), c in calls.items() if replicas == size
+            ]
+            at_once = f" ({together[size] if mode == 'push-grid' else 1})" if push else ""
+            verdict = (
+                f"at most {TARGET:g}: {'met' if max(ratios) <= TARGET else 'not met'}"
+                if push
+                else ""
+            )
             print(
                 f"| {size:,} | {mode} "
                 f"| {median_range([r.sweep_cpu_s_per_s for r in mode_runs], digits=4)} "
                 f"| {median_range([r.receive_cpu_s_per_s for r in mode_runs], digits=4)} "
                 f"| {statistics.median(r.probes_per_s for r in mode_runs):.1f} "
-                f"| {statistics.median(r.batches_per_s for r in mode_runs):.1f}"
-                f"{f' ({together[size]})' if push else ''} "
+                f"| {statistics.median(r.batches_per_s for r in mode_runs):.1f}{at_once} "
                 f"| {median_range(per_call, digits=0) if mode != 'none' else '-'} "
                 f"| {median_range(mode_totals, digits=4)} "
                 f"| {median_range(ratios, digits=3) if push else '-'} "
                 f"| {median_range(health_ratios, digits=3) if push else '-'} "
-                f"| {verdict if push else ''} |"
+                f"| {verdict} |"
             )
     if len(sizes) > 1:
         print()

@@ -17,8 +17,9 @@ def test_pull_probes_every_replica_about_once_a_period():
     assert cost.batches_per_s == 0 and cost.receive_cpu_s_per_s == 0
 
 
-def test_push_defers_every_probe_to_the_relays_reports():
-    cost = measure_mode(REPLICAS, "push")
+@pytest.mark.parametrize("mode", ["push", "push-grid"])
+def test_push_defers_every_probe_to_the_relays_reports(mode):
+    cost = measure_mode(REPLICAS, mode)
     assert cost.probes_per_s == 0
     # One batch per node per period.
     assert cost.batches_per_s * PERIOD_S == 2
@@ -62,11 +63,13 @@ def test_relays_on_the_send_grid_send_together():
         _FakeClock,
         _relay_batches,
         _send_slots,
+        mode_grid_s,
         send_step_s,
     )
 
-    assert send_step_s() == 1.0
-    batches = _relay_batches(20 * REPLICAS_PER_NODE, _FakeClock())
+    assert send_step_s(mode_grid_s("push-grid")) == 1.0
+    assert send_step_s(mode_grid_s("push")) is None
+    batches = _relay_batches(20 * REPLICAS_PER_NODE, _FakeClock(), 1.0)
     per_loop = [len(next(batches)) for _ in range(round(PERIOD_S / LOOP_S))]
     slots = _send_slots(20, 10)
     assert per_loop == [
@@ -87,3 +90,4 @@ def test_rays_per_call_costs_are_measured_in_a_local_ray(batches_together):
     # land far outside.
     assert 10e-6 < calls.probe_s < 10e-3
     assert 10e-6 < calls.batch_s < 10e-3
+    assert 10e-6 < calls.batch_grid_s < 10e-3

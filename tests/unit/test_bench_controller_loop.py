@@ -81,35 +81,69 @@ def test_the_target_is_judged_on_the_worst_repeat(capsys):
         (3.0, 25.0, 62),  # a 10 s hold in four equal steps of 2.5 s
     ],
 )
-def test_batches_arrive_together_on_the_relays_send_grid(
-    monkeypatch, grid_s, batches_per_s, together
-):
-    from ray.serve._private import constants
-
+def test_batches_arrive_together_on_the_relays_send_grid(grid_s, batches_per_s, together):
     from harness.bench.controller_loop import batches_arriving_together
 
-    monkeypatch.setattr(constants, "PUSH_HEALTH_RELAY_SEND_GRID_S", grid_s)
-    assert batches_arriving_together(batches_per_s) == together
+    assert batches_arriving_together(batches_per_s, grid_s) == together
 
 
-def test_the_table_says_how_many_batches_arrived_at_once(capsys):
+def test_push_grid_pays_a_receipt_in_a_slots_group():
+    calls = RayCallCosts(probe_s=300e-6, batch_s=1.5e-3, batch_grid_s=0.8e-3)
+    push = LoopCost(0, 8000, "push", 0.01, 0.002, probes_per_s=0, batches_per_s=25)
+    grid = LoopCost(0, 8000, "push-grid", 0.01, 0.002, probes_per_s=0, batches_per_s=25)
+    assert total_cpu_s_per_s(push, calls) == pytest.approx(0.012 + 25 * 1.5e-3)
+    assert total_cpu_s_per_s(grid, calls) == pytest.approx(0.012 + 25 * 0.8e-3)
+    with pytest.raises(ValueError, match="slot's group"):
+        total_cpu_s_per_s(grid, CALLS)
+
+
+def four_mode_table(capsys, probe_s: float, batch_grid_s: float, together) -> list[str]:
+    """The printed lines for one repeat at 4,000 and 8,000 replicas: every mode's
+    sweep 0.01, pull 100 probes a second, both push modes 25 batches a second,
+    a batch alone 1 ms; `together(size)` batches at once on the grid."""
     runs = [
         LoopCost(
-            0, size, mode, 0.01, 0.0, 100 if mode == "pull" else 0, 25.0 if mode == "push" else 0.0
+            0,
+            size,
+            mode,
+            0.01,
+            0.0,
+            100 if mode == "pull" else 0,
+            25.0 if mode.startswith("push") else 0.0,
         ).__dict__
         for size in (4000, 8000)
-        for mode in ("none", "pull", "push")
+        for mode in ("none", "pull", "push", "push-grid")
     ]
     calls = [
         {
             "repeat": 0,
             "replicas": size,
-            "batches_together": size // 320,
-            "probe_s": 1e-4,
+            "batches_together": together(size),
+            "probe_s": probe_s,
             "batch_s": 1e-3,
+            "batch_grid_s": batch_grid_s,
         }
         for size in (4000, 8000)
     ]
     print_controller_loop({"period_s": 10.0, "replicas_per_node": 32, "calls": calls, "runs": runs})
-    rows = [line for line in capsys.readouterr().out.splitlines() if "| push |" in line]
+    return capsys.readouterr().out.splitlines()
+
+
+def test_each_push_mode_is_judged_against_pull(capsys):
+    # Pull 0.01 + 100 x 1 ms = 0.11; push 0.01 + 25 x 1 ms = 0.035 (0.318);
+    # push-grid 0.01 + 25 x 0.4 ms = 0.02 (0.182).
+    lines = four_mode_table(capsys, probe_s=1e-3, batch_grid_s=0.4e-3, together=lambda _: 25)
+    push = [line for line in lines if "| push |" in line]
+    grid = [line for line in lines if "| push-grid |" in line]
+    assert "| 25.0 (1) | 1000 (1000-1000) |" in push[1] and "| 0.318 (0.318-0.318) |" in push[1]
+    assert "not met" in push[1]
+    assert "| 25.0 (25) | 400 (400-400) |" in grid[1] and "| 0.182 (0.182-0.182) |" in grid[1]
+    assert "at most 0.2: met" in grid[1]
+
+
+def test_the_table_says_how_many_batches_arrived_at_once(capsys):
+    lines = four_mode_table(
+        capsys, probe_s=1e-4, batch_grid_s=1e-3, together=lambda size: size // 320
+    )
+    rows = [line for line in lines if "| push-grid |" in line]
     assert "| 25.0 (12) |" in rows[0] and "| 25.0 (25) |" in rows[1]
