@@ -260,6 +260,21 @@ def _print_outcome(outcome) -> None:
         )
 
 
+def _spreads_ms(text: str) -> tuple[float, ...]:
+    try:
+        spreads = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not comma-separated numbers of ms, e.g. 0,1,5,20,100,1000"
+        ) from None
+    if len(spreads) < 2 or min(spreads) < 0 or spreads[0] != 0:
+        raise argparse.ArgumentTypeError(
+            "at least two spreads, none negative, the first 0 (the baseline the others are "
+            "compared with)"
+        )
+    return spreads
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(","))
@@ -327,6 +342,11 @@ def cmd_bench_controller_loop(args) -> None:
 
     if args.repeats < 1:
         raise HarnessError(f"--repeats must be at least 1, not {args.repeats}.")
+    if args.spread_ms is not None:
+        controller_loop.print_slot_spread(
+            controller_loop.measure_slot_spread(args.spread_ms, rounds=args.repeats)
+        )
+        return
     controller_loop.print_controller_loop(
         controller_loop.bench_controller_loop(args.sizes, args.repeats)
     )
@@ -855,6 +875,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="replicas, comma-separated (default 1000,4000,8000)",
     )
     b.add_argument("--repeats", type=int, default=3, help="runs of every mode per size")
+    b.add_argument(
+        "--spread-ms",
+        type=_spreads_ms,
+        default=None,
+        help="instead of the loop: Ray's receive cost per batch when a send-grid slot's "
+        "batches are spread over each of these many ms (comma-separated, the first the "
+        "baseline, e.g. 0,1,5,20,100,1000); --repeats rounds",
+    )
     b.set_defaults(func=cmd_bench_controller_loop)
     b = benches.add_parser("stop", help="how long an idle ingress replica takes to stop")
     b.set_defaults(func=cmd_bench_stop)

@@ -321,31 +321,11 @@ class RayCallCosts:
     batch_grid_s: float | None = None
 
 
-def measure_ray_calls(
-    probes_per_tick: int,
-    batches_per_s: float,
-    seconds: float = CALL_WINDOW_S,
-    batches_together: int = 1,
-) -> RayCallCosts:
-    """What the fake leaves out, measured on this machine at the modes' own
-    pace, in an async actor standing in for the controller: its whole
-    process's CPU (every thread: the event loop, Ray's task-execution thread,
-    the core worker's) per call over `seconds`, less the same process's CPU
-    over as long a time idle. Calls in flight together share some of Ray's
-    per-call work, so the pace matters.
-
-    Probes, as the sweep sends them: each control loop (LOOP_S) the stand-in
-    reads the replies of the probes it sent in the last one
-    (`check_obj_ref_ready_nowait`, then `ray.get`) and sends `probes_per_tick`
-    more (`check_health.remote()`), over PROBED_ACTORS actors. Batches, as
-    relays send them, together `batches_per_s`, for at least MIN_BATCHES:
-    RELAYS actors in turn so batches arrive one at a time (`batch_s`), and
-    `batches_together` at once from up to MAX_RELAYS actors at every step of a
-    shared clock, as relays on a send grid do (`batch_grid_s`). The stand-in's
-    handler does nothing. CALL_ROUNDS rounds of the three windows, taking
-    turns; the median of each."""
+def _stand_ins() -> tuple[Any, Any, Any]:
+    """The actors of the call measurements: a replica answering probes, the
+    controller's stand-in (its handler does nothing; it measures its own
+    process's CPU), and a relay sending batches on a shared clock."""
     import ray
-    from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
 
     @ray.remote(num_cpus=0)
     class Replica:
@@ -416,11 +396,23 @@ def measure_ray_calls(
             slot: int,
             slots: int,
             end_at: float,
+            spread_s: float = 0.0,
+            seed: int = 0,
         ) -> int:
             import asyncio
+            import random
 
             # On the shared clock, as relays on the send grid are: `calls`
-            # batches at once at the start of every `slots`-th slot from `slot`.
+            # batches at the start of every `slots`-th slot from `slot`, each
+            # delayed by up to `spread_s` (clocks, loops and networks that
+            # spread a slot), or all at once.
+            rng = random.Random(seed)
+
+            async def send_one(delay_s: float) -> None:
+                if delay_s > 0:
+                    await asyncio.sleep(delay_s)
+                await controller.record_replica_health_reports.remote(batch)
+
             sent = 0
             while True:
                 index = math.floor(time.time() / slot_s) + 1
@@ -428,15 +420,81 @@ def measure_ray_calls(
                 if index * slot_s > end_at:
                     return sent
                 await asyncio.sleep(index * slot_s - time.time())
-                await asyncio.gather(
-                    *(controller.record_replica_health_reports.remote(batch) for _ in range(calls))
-                )
+                await asyncio.gather(*(send_one(rng.uniform(0, spread_s)) for _ in range(calls)))
                 sent += calls
 
+    return Replica, Controller, Relay
+
+
+def _send_from_relays(
+    relays: list,
+    shares: list[int],
+    controller: Any,
+    batch: bytes,
+    slot_s: float,
+    window_s: float,
+    in_turn: bool,
+    spread_s: float = 0.0,
+    seed: int = 0,
+) -> int:
+    """Each relay sends its share of batches at the start of its slots for
+    `window_s`: in turn (relay i on every len(relays)-th slot from the i-th),
+    or every relay on every slot, each batch delayed by up to `spread_s`.
+    Returns how many batches were sent."""
+    import ray
+
+    end_at = time.time() + window_s
+    return sum(
+        ray.get(
+            [
+                relay.send.remote(
+                    controller,
+                    batch,
+                    share,
+                    slot_s,
+                    i if in_turn else 0,
+                    len(relays) if in_turn else 1,
+                    end_at,
+                    spread_s,
+                    seed + i,
+                )
+                for i, (relay, share) in enumerate(zip(relays, shares, strict=True))
+            ]
+        )
+    )
+
+
+def measure_ray_calls(
+    probes_per_tick: int,
+    batches_per_s: float,
+    seconds: float = CALL_WINDOW_S,
+    batches_together: int = 1,
+) -> RayCallCosts:
+    """What the fake leaves out, measured on this machine at the modes' own
+    pace, in an async actor standing in for the controller: its whole
+    process's CPU (every thread: the event loop, Ray's task-execution thread,
+    the core worker's) per call over `seconds`, less the same process's CPU
+    over as long a time idle. Calls in flight together share some of Ray's
+    per-call work, so the pace matters.
+
+    Probes, as the sweep sends them: each control loop (LOOP_S) the stand-in
+    reads the replies of the probes it sent in the last one
+    (`check_obj_ref_ready_nowait`, then `ray.get`) and sends `probes_per_tick`
+    more (`check_health.remote()`), over PROBED_ACTORS actors. Batches, as
+    relays send them, together `batches_per_s`, for at least MIN_BATCHES:
+    RELAYS actors in turn so batches arrive one at a time (`batch_s`), and
+    `batches_together` at once from up to MAX_RELAYS actors at every step of a
+    shared clock, as relays on a send grid do (`batch_grid_s`). The stand-in's
+    handler does nothing. CALL_ROUNDS rounds of the three windows, taking
+    turns; the median of each."""
+    import ray
+    from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
+
+    Replica, Controller, Relay = _stand_ins()
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        controller = Controller.remote()  # type: ignore[attr-defined]
-        replicas = [Replica.remote() for _ in range(PROBED_ACTORS)]  # type: ignore[attr-defined]
+        controller = Controller.remote()
+        replicas = [Replica.remote() for _ in range(PROBED_ACTORS)]
         reports = [ReplicaHealthReport(f"r{i:06d}", 1.0, True, 0) for i in range(REPLICAS_PER_NODE)]
         batch = ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
 
@@ -445,7 +503,7 @@ def measure_ray_calls(
             its `together` batches."""
             alone = together <= 1
             relay_count = RELAYS if alone else min(together, MAX_RELAYS)
-            relays = [Relay.remote() for _ in range(relay_count)]  # type: ignore[attr-defined]
+            relays = [Relay.remote() for _ in range(relay_count)]
             slot_s = max(1, together) / batches_per_s
             shares = [
                 1 if alone else together // relay_count + (i < together % relay_count)
@@ -453,22 +511,8 @@ def measure_ray_calls(
             ]
 
             def send_all(window_s: float) -> int:
-                end_at = time.time() + window_s
-                return sum(
-                    ray.get(
-                        [
-                            relay.send.remote(
-                                controller,
-                                batch,
-                                share,
-                                slot_s,
-                                i if alone else 0,
-                                relay_count if alone else 1,
-                                end_at,
-                            )
-                            for i, (relay, share) in enumerate(zip(relays, shares, strict=True))
-                        ]
-                    )
+                return _send_from_relays(
+                    relays, shares, controller, batch, slot_s, window_s, in_turn=alone
                 )
 
             return send_all
@@ -498,6 +542,104 @@ def measure_ray_calls(
         batch_s=statistics.median(per_batch["alone"]),
         batch_grid_s=statistics.median(per_batch["grid"]),
     )
+
+
+# `--spread-ms`: a slot of 8,000 replicas' batches (25 once a second), each
+# delayed by a uniform random 0-S ms, for these S by default.
+SPREADS_MS = (0.0, 1.0, 5.0, 20.0, 100.0, 1000.0)
+SPREAD_BATCHES = 25
+SPREAD_WINDOW_S = 6.0
+
+
+def measure_slot_spread(
+    spreads_ms: tuple[float, ...] = SPREADS_MS,
+    rounds: int = CALL_ROUNDS,
+    window_s: float = SPREAD_WINDOW_S,
+) -> dict:
+    """How much of Ray's receive work a send-grid slot's batches still share
+    when clocks, event loops and networks spread them: the controller
+    stand-in's process CPU per batch, SPREAD_BATCHES batches once a second
+    from MAX_RELAYS relays, each delayed by up to S ms, for each S in turn, in
+    `rounds` rounds. A spread of a whole second is no grouping at all. Kept in
+    RESULTS_DIR/bench-controller-loop-spread.json."""
+    import json
+
+    import ray
+    from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
+
+    from harness.core.paths import RESULTS_DIR
+
+    _, Controller, Relay = _stand_ins()
+    per_batch_s: dict[float, list[float]] = {spread: [] for spread in spreads_ms}
+    plan = rounds * len(spreads_ms) * window_s + 10
+    with Progress("bench-controller-loop --spread-ms", plan) as progress:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        try:
+            controller = Controller.remote()
+            relays = [Relay.remote() for _ in range(MAX_RELAYS)]
+            reports = [
+                ReplicaHealthReport(f"r{i:06d}", 1.0, True, 0) for i in range(REPLICAS_PER_NODE)
+            ]
+            batch = ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
+            shares = [
+                SPREAD_BATCHES // len(relays) + (i < SPREAD_BATCHES % len(relays))
+                for i in range(len(relays))
+            ]
+
+            def send_all(spread_ms: float, seconds: float, seed: int) -> int:
+                return _send_from_relays(
+                    relays,
+                    shares,
+                    controller,
+                    batch,
+                    1.0,
+                    seconds,
+                    in_turn=False,
+                    spread_s=spread_ms / 1000,
+                    seed=seed,
+                )
+
+            send_all(0.0, 2.0, 0)  # warm up
+            for round_index in range(rounds):
+                idle = ray.get(controller.idle_cpu_s_per_s.remote(1.0))
+                for spread in spreads_ms:
+                    progress.begin(
+                        f"round {round_index + 1}/{rounds}: spread {spread:g} ms", window_s
+                    )
+                    ray.get(controller.start.remote())
+                    sent = send_all(spread, window_s, 100 * round_index)
+                    per_batch_s[spread].append(ray.get(controller.since_start.remote(sent, idle)))
+        finally:
+            ray.shutdown()
+    result = {
+        "batches_at_once": SPREAD_BATCHES,
+        "series": series_digests(),
+        "per_batch_s": [
+            {"spread_ms": spread, "rounds": values} for spread, values in per_batch_s.items()
+        ],
+    }
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "bench-controller-loop-spread.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def print_slot_spread(result: dict) -> None:
+    print()
+    print(
+        f"A send-grid slot's {result['batches_at_once']} batches once a second, each delayed "
+        f"by a uniform random 0-S ms: the controller stand-in's process CPU per batch, "
+        f"median (min-max) over rounds; the last row's spread is no grouping at all."
+    )
+    print("| spread (ms) | per batch, us | against no spread |")
+    print("|---:|---:|---:|")
+    rows = result["per_batch_s"]
+    base = statistics.median(rows[0]["rounds"])
+    for row in rows:
+        values = [value * 1e6 for value in row["rounds"]]
+        print(
+            f"| {row['spread_ms']:g} | {median_range(values, digits=0)} "
+            f"| {statistics.median(row['rounds']) / base:.2f} |"
+        )
 
 
 def total_cpu_s_per_s(cost: LoopCost, calls: RayCallCosts) -> float:

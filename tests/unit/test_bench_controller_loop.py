@@ -147,3 +147,20 @@ def test_the_table_says_how_many_batches_arrived_at_once(capsys):
     )
     rows = [line for line in lines if "| push-grid |" in line]
     assert "| 25.0 (12) |" in rows[0] and "| 25.0 (25) |" in rows[1]
+
+
+def test_the_spread_table_compares_each_spread_with_none(capsys):
+    from harness.bench.controller_loop import print_slot_spread
+
+    print_slot_spread(
+        {
+            "batches_at_once": 25,
+            "per_batch_s": [
+                {"spread_ms": 0.0, "rounds": [600e-6, 700e-6, 650e-6]},
+                {"spread_ms": 1000.0, "rounds": [1700e-6, 1600e-6, 1300e-6]},
+            ],
+        }
+    )
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert rows[1] == "| 0 | 650 (600-700) | 1.00 |"
+    assert rows[2] == "| 1000 | 1600 (1300-1700) | 2.46 |"
