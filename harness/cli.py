@@ -267,10 +267,10 @@ def _spreads_ms(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not comma-separated numbers of ms, e.g. 0,1,5,20,100,1000"
         ) from None
-    if len(spreads) < 2 or min(spreads) < 0 or spreads[0] != 0:
+    if len(spreads) < 2 or min(spreads) < 0 or spreads[0] != 0 or len(set(spreads)) < len(spreads):
         raise argparse.ArgumentTypeError(
-            "at least two spreads, none negative, the first 0 (the baseline the others are "
-            "compared with)"
+            "at least two different spreads, none negative, the first 0 (the baseline the "
+            "others are compared with)"
         )
     return spreads
 
@@ -881,7 +881,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="instead of the loop: Ray's receive cost per batch when a send-grid slot's "
         "batches are spread over each of these many ms (comma-separated, the first the "
-        "baseline, e.g. 0,1,5,20,100,1000); --repeats rounds",
+        "baseline, e.g. 0,1,5,20,100,1000); --repeats rounds; --sizes does not apply",
     )
     b.set_defaults(func=cmd_bench_controller_loop)
     b = benches.add_parser("stop", help="how long an idle ingress replica takes to stop")

@@ -63,8 +63,9 @@ REPEATS = 3
 # probes spread over this many actors and the batches sent by this many relays.
 CALL_WINDOW_S = 4.0
 MIN_BATCHES = 60
-# ... in this many rounds of a probe window and a batch window taking turns,
-# each with its own idle baseline, and the median round kept: one window that a
+# ... in this many rounds of a probe window and the batch windows taking turns,
+# each round with its own idle baseline, and the median of each cost over the
+# rounds kept: one window that a
 # background process or a collection landed in moved a repeat's ratio by more
 # than the margin to the target.
 CALL_ROUNDS = 3
@@ -319,6 +320,9 @@ class RayCallCosts:
     # ... arriving in a send-grid slot's group ("push-grid"); None in results
     # from before that mode.
     batch_grid_s: float | None = None
+    # Each round's figures the medians above come from, with its idle
+    # baseline and the batches each window sent, so a run can be judged again.
+    rounds: list[dict] | None = None
 
 
 def _stand_ins() -> tuple[Any, Any, Any]:
@@ -414,13 +418,21 @@ def _stand_ins() -> tuple[Any, Any, Any]:
                 await controller.record_replica_health_reports.remote(batch)
 
             sent = 0
+            # Spread sends are not waited for before the next slot: a spread
+            # near the slot's length would otherwise skip slots.
+            spread: list = []
             while True:
                 index = math.floor(time.time() / slot_s) + 1
                 index += (slot - index) % slots
                 if index * slot_s > end_at:
+                    await asyncio.gather(*spread)
                     return sent
                 await asyncio.sleep(index * slot_s - time.time())
-                await asyncio.gather(*(send_one(rng.uniform(0, spread_s)) for _ in range(calls)))
+                sends = [send_one(rng.uniform(0, spread_s)) for _ in range(calls)]
+                if spread_s > 0:
+                    spread.extend(asyncio.ensure_future(send) for send in sends)
+                else:
+                    await asyncio.gather(*sends)
                 sent += calls
 
     return Replica, Controller, Relay
@@ -522,25 +534,30 @@ def measure_ray_calls(
         ray.get(controller.probe.remote(replicas, probes_per_tick, 1.0, 0.0))
         for send_all in senders.values():
             send_all(1.0)
-        per_probe: list[float] = []
-        per_batch: dict[str, list[float]] = {name: [] for name in senders}
+        rounds: list[dict] = []
         for _ in range(CALL_ROUNDS):
             idle = ray.get(controller.idle_cpu_s_per_s.remote(1.0))
-            per_probe.append(
-                ray.get(controller.probe.remote(replicas, probes_per_tick, seconds, idle))
-            )
+            round_costs: dict = {
+                "idle_cpu_s_per_s": idle,
+                "probe_s": ray.get(
+                    controller.probe.remote(replicas, probes_per_tick, seconds, idle)
+                ),
+            }
             for name, send_all in senders.items():
                 ray.get(controller.start.remote())
                 # Long enough for MIN_BATCHES over the rounds, so few batches a
                 # second are not lost in the idle CPU taken off.
                 sent = send_all(max(seconds, MIN_BATCHES / CALL_ROUNDS / batches_per_s))
-                per_batch[name].append(ray.get(controller.since_start.remote(sent, idle)))
+                round_costs[f"{name}_batches"] = sent
+                round_costs[f"{name}_batch_s"] = ray.get(controller.since_start.remote(sent, idle))
+            rounds.append(round_costs)
     finally:
         ray.shutdown()
     return RayCallCosts(
-        probe_s=statistics.median(per_probe),
-        batch_s=statistics.median(per_batch["alone"]),
-        batch_grid_s=statistics.median(per_batch["grid"]),
+        probe_s=statistics.median(r["probe_s"] for r in rounds),
+        batch_s=statistics.median(r["alone_batch_s"] for r in rounds),
+        batch_grid_s=statistics.median(r["grid_batch_s"] for r in rounds),
+        rounds=rounds,
     )
 
 
@@ -571,6 +588,7 @@ def measure_slot_spread(
 
     _, Controller, Relay = _stand_ins()
     per_batch_s: dict[float, list[float]] = {spread: [] for spread in spreads_ms}
+    windows: list[dict] = []
     plan = rounds * len(spreads_ms) * window_s + 10
     with Progress("bench-controller-loop --spread-ms", plan) as progress:
         ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -609,10 +627,22 @@ def measure_slot_spread(
                     ray.get(controller.start.remote())
                     sent = send_all(spread, window_s, 100 * round_index)
                     per_batch_s[spread].append(ray.get(controller.since_start.remote(sent, idle)))
+                    windows.append(
+                        {
+                            "round": round_index,
+                            "spread_ms": spread,
+                            "idle_cpu_s_per_s": idle,
+                            "batches": sent,
+                        }
+                    )
         finally:
             ray.shutdown()
     result = {
         "batches_at_once": SPREAD_BATCHES,
+        "slot_s": 1.0,
+        "window_s": window_s,
+        "relays": MAX_RELAYS,
+        "windows": windows,
         "series": series_digests(),
         "per_batch_s": [
             {"spread_ms": spread, "rounds": values} for spread, values in per_batch_s.items()
@@ -628,11 +658,14 @@ def print_slot_spread(result: dict) -> None:
     print(
         f"A send-grid slot's {result['batches_at_once']} batches once a second, each delayed "
         f"by a uniform random 0-S ms: the controller stand-in's process CPU per batch, "
-        f"median (min-max) over rounds; the last row's spread is no grouping at all."
+        f"median (min-max) over rounds. A spread of a whole slot ({result['slot_s']:g} s) "
+        f"is no grouping at all."
     )
     print("| spread (ms) | per batch, us | against no spread |")
     print("|---:|---:|---:|")
     rows = result["per_batch_s"]
+    if rows[0]["spread_ms"] != 0:
+        raise ValueError("the first spread must be 0: the others are compared with it")
     base = statistics.median(rows[0]["rounds"])
     for row in rows:
         values = [value * 1e6 for value in row["rounds"]]
@@ -723,6 +756,7 @@ def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS
     result = {
         "period_s": PERIOD_S,
         "replicas_per_node": REPLICAS_PER_NODE,
+        "grid_s": GRID_S,
         "series": series_digests(),
         "calls": calls,
         "runs": runs,
@@ -733,6 +767,12 @@ def bench_controller_loop(sizes: tuple[int, ...] = SIZES, repeats: int = REPEATS
 
 
 def print_controller_loop(result: dict) -> None:
+    if "grid_s" not in result:
+        raise ValueError(
+            "this result was saved before 'push' and 'push-grid' were told apart; "
+            "run make bench-controller-loop again"
+        )
+    grid_s = result["grid_s"]
     calls = {
         (c["repeat"], c["replicas"]): RayCallCosts(
             c["probe_s"], c["batch_s"], c.get("batch_grid_s")
@@ -759,7 +799,7 @@ def print_controller_loop(result: dict) -> None:
         f"{result['replicas_per_node']} replicas per node; median (min-max) over repeats. "
         f"Ray's per-call costs (a controller stand-in's process CPU, at each size's pace, "
         f"in each repeat) added. 'none': health checks an hour apart; 'push': each relay "
-        f"sends when its hold ends (the default); 'push-grid': relays on a {GRID_S:g} s send "
+        f"sends when its hold ends (the default); 'push-grid': relays on a {grid_s:g} s send "
         f"grid. 'health only' takes 'none' off both modes of the same repeat. The target is "
         f"judged on the worst repeat."
     )
@@ -781,9 +821,11 @@ def print_controller_loop(result: dict) -> None:
             totals[mode].extend((size, value) for value in mode_totals)
             push = mode in PUSH_MODES
             ratios = [r[mode] / r["pull"] for r in by_repeat.values()] if push else []
-            health_ratios = [
-                (r[mode] - r["none"]) / (r["pull"] - r["none"]) for r in by_repeat.values()
-            ]
+            health_ratios = (
+                [(r[mode] - r["none"]) / (r["pull"] - r["none"]) for r in by_repeat.values()]
+                if push
+                else []
+            )
             per_call = [
                 per_call_s(mode, c) * 1e6 for (_, replicas), c in calls.items() if replicas == size
             ]

@@ -78,7 +78,7 @@ def test_relays_on_the_send_grid_send_together():
     assert len(set(slots)) > 5
 
 
-@pytest.mark.parametrize("batches_together", [1, 3])
+@pytest.mark.parametrize("batches_together", [3])
 def test_rays_per_call_costs_are_measured_in_a_local_ray(batches_together):
     from harness.bench.controller_loop import measure_ray_calls
 
@@ -91,3 +91,5 @@ def test_rays_per_call_costs_are_measured_in_a_local_ray(batches_together):
     assert 10e-6 < calls.probe_s < 10e-3
     assert 10e-6 < calls.batch_s < 10e-3
     assert 10e-6 < calls.batch_grid_s < 10e-3
+    # Every round is kept, with its idle baseline and the batches it sent.
+    assert len(calls.rounds) == 3 and all(r["grid_batches"] > 0 for r in calls.rounds)

@@ -43,7 +43,9 @@ def table(capsys, sweeps, probe_costs) -> list[str]:
         for repeat, cost in enumerate(probe_costs)
         for size in (1000, 2000)
     ]
-    print_controller_loop({"period_s": 10.0, "replicas_per_node": 32, "calls": calls, "runs": runs})
+    print_controller_loop(
+        {"period_s": 10.0, "replicas_per_node": 32, "grid_s": 1.0, "calls": calls, "runs": runs}
+    )
     return [line for line in capsys.readouterr().out.splitlines() if "| push |" in line]
 
 
@@ -125,7 +127,9 @@ def four_mode_table(capsys, probe_s: float, batch_grid_s: float, together) -> li
         }
         for size in (4000, 8000)
     ]
-    print_controller_loop({"period_s": 10.0, "replicas_per_node": 32, "calls": calls, "runs": runs})
+    print_controller_loop(
+        {"period_s": 10.0, "replicas_per_node": 32, "grid_s": 1.0, "calls": calls, "runs": runs}
+    )
     return capsys.readouterr().out.splitlines()
 
 
@@ -155,6 +159,7 @@ def test_the_spread_table_compares_each_spread_with_none(capsys):
     print_slot_spread(
         {
             "batches_at_once": 25,
+            "slot_s": 1.0,
             "per_batch_s": [
                 {"spread_ms": 0.0, "rounds": [600e-6, 700e-6, 650e-6]},
                 {"spread_ms": 1000.0, "rounds": [1700e-6, 1600e-6, 1300e-6]},
@@ -164,3 +169,54 @@ def test_the_spread_table_compares_each_spread_with_none(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert rows[1] == "| 0 | 650 (600-700) | 1.00 |"
     assert rows[2] == "| 1000 | 1600 (1300-1700) | 2.46 |"
+
+
+def test_a_result_from_before_the_two_push_modes_is_refused():
+    # Its "push" was measured on the grid; printed now, it would read as the
+    # relays sending when their hold ends.
+    with pytest.raises(ValueError, match="run make bench-controller-loop again"):
+        print_controller_loop({"period_s": 10.0, "replicas_per_node": 32, "calls": [], "runs": []})
+
+
+@pytest.mark.parametrize("text", ["5,0", "0", "0,5,5", "0,-1", "a,b"])
+def test_spreads_need_a_zero_baseline_and_distinct_values(text):
+    import argparse
+
+    from harness.cli import _spreads_ms
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        _spreads_ms(text)
+    assert _spreads_ms("0,1,5,20") == (0.0, 1.0, 5.0, 20.0)
+
+
+def test_relays_send_their_share_on_their_slots_with_the_spread():
+    from types import SimpleNamespace
+
+    from harness.bench import controller_loop
+
+    calls = []
+
+    def relay(index):
+        def remote(*args):
+            calls.append((index, args))
+            return args[2]  # the share, as the batches the relay sent
+
+        return SimpleNamespace(send=SimpleNamespace(remote=remote))
+
+    relays = [relay(0), relay(1)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("ray.get", lambda refs: refs)
+        sent = controller_loop._send_from_relays(
+            relays, [3, 2], "controller", b"batch", 0.5, 4.0, in_turn=True, spread_s=0.02, seed=7
+        )
+        assert sent == 5
+        # In turn: relay i on every 2nd slot from the i-th; each its own seed.
+        assert [(i, args[2], args[3], args[4], args[5], args[7], args[8]) for i, args in calls] == [
+            (0, 3, 0.5, 0, 2, 0.02, 7),
+            (1, 2, 0.5, 1, 2, 0.02, 8),
+        ]
+        calls.clear()
+        controller_loop._send_from_relays(
+            relays, [3, 2], "controller", b"batch", 1.0, 4.0, in_turn=False
+        )
+        assert [(args[4], args[5], args[7]) for _, args in calls] == [(0, 1, 0.0), (0, 1, 0.0)]
