@@ -438,6 +438,20 @@ def _stand_ins() -> tuple[Any, Any, Any]:
     return Replica, Controller, Relay
 
 
+def _node_batch() -> bytes:
+    """One node's batch as a relay encodes it: REPLICAS_PER_NODE healthy
+    reports."""
+    from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
+
+    reports = [ReplicaHealthReport(f"r{i:06d}", 1.0, True, 0) for i in range(REPLICAS_PER_NODE)]
+    return ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
+
+
+def _shares(batches: int, relays: int) -> list[int]:
+    """`batches` split among `relays` as evenly as they go."""
+    return [batches // relays + (i < batches % relays) for i in range(relays)]
+
+
 def _send_from_relays(
     relays: list,
     shares: list[int],
@@ -500,15 +514,13 @@ def measure_ray_calls(
     handler does nothing. CALL_ROUNDS rounds of the three windows, taking
     turns; the median of each."""
     import ray
-    from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
 
     Replica, Controller, Relay = _stand_ins()
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         controller = Controller.remote()
         replicas = [Replica.remote() for _ in range(PROBED_ACTORS)]
-        reports = [ReplicaHealthReport(f"r{i:06d}", 1.0, True, 0) for i in range(REPLICAS_PER_NODE)]
-        batch = ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
+        batch = _node_batch()
 
         def sender(together: int) -> Callable[[float], int]:
             """Relays in turn, one batch a slot, or all at every slot, sharing
@@ -517,10 +529,7 @@ def measure_ray_calls(
             relay_count = RELAYS if alone else min(together, MAX_RELAYS)
             relays = [Relay.remote() for _ in range(relay_count)]
             slot_s = max(1, together) / batches_per_s
-            shares = [
-                1 if alone else together // relay_count + (i < together % relay_count)
-                for i in range(relay_count)
-            ]
+            shares = [1] * relay_count if alone else _shares(together, relay_count)
 
             def send_all(window_s: float) -> int:
                 return _send_from_relays(
@@ -561,7 +570,7 @@ def measure_ray_calls(
     )
 
 
-# `--spread-ms`: a slot of 8,000 replicas' batches (25 once a second), each
+# `--spread-ms`: a slot of 8,000 replicas' batches (25 every GRID_S), each
 # delayed by a uniform random 0-S ms, for these S by default.
 SPREADS_MS = (0.0, 1.0, 5.0, 20.0, 100.0, 1000.0)
 SPREAD_BATCHES = 25
@@ -582,7 +591,6 @@ def measure_slot_spread(
     import json
 
     import ray
-    from ray.serve._private.common import ReplicaHealthBatch, ReplicaHealthReport
 
     from harness.core.paths import RESULTS_DIR
 
@@ -595,14 +603,8 @@ def measure_slot_spread(
         try:
             controller = Controller.remote()
             relays = [Relay.remote() for _ in range(MAX_RELAYS)]
-            reports = [
-                ReplicaHealthReport(f"r{i:06d}", 1.0, True, 0) for i in range(REPLICAS_PER_NODE)
-            ]
-            batch = ReplicaHealthBatch(reports, [], "node-0", 1.0).to_bytes()
-            shares = [
-                SPREAD_BATCHES // len(relays) + (i < SPREAD_BATCHES % len(relays))
-                for i in range(len(relays))
-            ]
+            batch = _node_batch()
+            shares = _shares(SPREAD_BATCHES, len(relays))
 
             def send_all(spread_ms: float, seconds: float, seed: int) -> int:
                 return _send_from_relays(
@@ -610,7 +612,7 @@ def measure_slot_spread(
                     shares,
                     controller,
                     batch,
-                    1.0,
+                    GRID_S,
                     seconds,
                     in_turn=False,
                     spread_s=spread_ms / 1000,
@@ -639,7 +641,7 @@ def measure_slot_spread(
             ray.shutdown()
     result = {
         "batches_at_once": SPREAD_BATCHES,
-        "slot_s": 1.0,
+        "slot_s": GRID_S,
         "window_s": window_s,
         "relays": MAX_RELAYS,
         "windows": windows,
@@ -678,17 +680,22 @@ def print_slot_spread(result: dict) -> None:
 def total_cpu_s_per_s(cost: LoopCost, calls: RayCallCosts) -> float:
     """The faked parts plus Ray's per-call costs: a probe's submit and reply
     for pull, a batch's receipt for push (in a slot's group for push-grid)."""
-    batch_s = calls.batch_s
-    if cost.mode == "push-grid":
-        if calls.batch_grid_s is None:
-            raise ValueError("a push-grid run needs the cost of a batch in a slot's group")
-        batch_s = calls.batch_grid_s
     return (
         cost.sweep_cpu_s_per_s
         + cost.receive_cpu_s_per_s
         + cost.probes_per_s * calls.probe_s
-        + cost.batches_per_s * batch_s
+        + cost.batches_per_s * batch_cost_s(cost.mode, calls)
     )
+
+
+def batch_cost_s(mode: str, calls: RayCallCosts) -> float:
+    """Ray's cost of receiving a batch in a push mode: in a slot's group for
+    push-grid, else arriving alone."""
+    if mode != "push-grid":
+        return calls.batch_s
+    if calls.batch_grid_s is None:
+        raise ValueError("a push-grid run needs the cost of a batch in a slot's group")
+    return calls.batch_grid_s
 
 
 def slope_per_1000(points: list[tuple[int, float]]) -> float:
@@ -788,11 +795,6 @@ def print_controller_loop(result: dict) -> None:
     def total(run: LoopCost) -> float:
         return total_cpu_s_per_s(run, calls[(run.repeat, run.replicas)])
 
-    def per_call_s(mode: str, c: RayCallCosts) -> float:
-        if mode == "push-grid":
-            return c.batch_grid_s  # type: ignore[return-value]
-        return c.batch_s if mode == "push" else c.probe_s
-
     print()
     print(
         f"The deployment-state update, CPU-s per s, health period {result['period_s']:g} s, "
@@ -827,7 +829,9 @@ def print_controller_loop(result: dict) -> None:
                 else []
             )
             per_call = [
-                per_call_s(mode, c) * 1e6 for (_, replicas), c in calls.items() if replicas == size
+                (batch_cost_s(mode, c) if push else c.probe_s) * 1e6
+                for (_, replicas), c in calls.items()
+                if replicas == size
             ]
             at_once = f" ({together[size] if mode == 'push-grid' else 1})" if push else ""
             verdict = (
